@@ -1,0 +1,1 @@
+//! The built-in policies. Linking this crate registers them.

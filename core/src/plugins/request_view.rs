@@ -1,0 +1,85 @@
+//! The read-only view of one request that every policy of a booking shares.
+
+use super::{Candidate, SessionContext};
+use crate::router::worker::{Role, WorkerId};
+
+/// Resolves the engine's own block ids (what `kv.fetch` payloads name) from the router's index.
+pub trait BlockLookup: Send + Sync {
+    /// The engine `block_hash` that `worker` reported for the block whose sequence hash is
+    /// `sequence_hash`, if the index knows it.
+    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64>;
+}
+
+/// A lookup that knows no block; for tests and for routers without a KV index.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoBlockLookup;
+
+impl BlockLookup for NoBlockLookup {
+    fn engine_block_hash(&self, _worker: WorkerId, _sequence_hash: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// One request being booked, as the router computed it once: its identity, size, session,
+/// block hashes, and every candidate worker with its cached prefix and load.
+#[derive(Clone, Copy)]
+pub struct RequestView<'a> {
+    /// The request id (also the hint envelope's `message_id`).
+    pub request_id: &'a str,
+    /// The role being booked.
+    pub role: Role,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// The caller's session context.
+    pub session: &'a SessionContext,
+    /// The request's sequence hashes, one per full block, in order.
+    pub sequence_hashes: &'a [u64],
+    /// The role's registered workers with their cached prefix lengths and loads.
+    pub candidates: &'a [Candidate],
+    /// Resolves engine block ids from the index.
+    pub blocks: &'a dyn BlockLookup,
+}
+
+impl<'a> RequestView<'a> {
+    /// The candidate entry of `worker`, if it is one of this booking's candidates.
+    pub fn candidate(&self, worker: WorkerId) -> Option<&'a Candidate> {
+        self.candidates
+            .iter()
+            .find(|candidate| candidate.worker == worker)
+    }
+
+    /// Number of full blocks in the prompt.
+    pub fn block_count(&self) -> usize {
+        self.sequence_hashes.len()
+    }
+
+    /// The engine block hashes `worker` reported for the request's blocks `range`, or `None` if
+    /// the index lacks any of them.
+    pub fn engine_block_hashes(
+        &self,
+        worker: WorkerId,
+        range: std::ops::Range<usize>,
+    ) -> Option<Vec<u64>> {
+        self.sequence_hashes
+            .get(range)?
+            .iter()
+            .map(|hash| self.blocks.engine_block_hash(worker, *hash))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for RequestView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestView")
+            .field("request_id", &self.request_id)
+            .field("role", &self.role)
+            .field("prompt_tokens", &self.prompt_tokens)
+            .field("block_size", &self.block_size)
+            .field("session", &self.session)
+            .field("blocks", &self.sequence_hashes.len())
+            .field("candidates", &self.candidates)
+            .finish()
+    }
+}
