@@ -4,8 +4,11 @@
 //! engine-directed KV actions (such as `kv.fetch`) to the booked worker. Plugin authors start
 //! from [`plugins::prelude`]; linking a catalog crate registers its policies.
 
+pub mod kv;
+pub mod metrics;
 pub mod plugins;
 pub mod router;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod __private;
