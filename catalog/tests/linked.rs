@@ -15,7 +15,6 @@ const DECODE: Partition = Partition {
 };
 
 #[test]
-#[ignore = "pending: #[worker_selection_policy]/#[hint_policy] do not register yet"]
 fn linking_the_catalog_registers_the_built_ins() {
     let registry = PolicyRegistry::linked().expect("the linked registrations are valid");
 
@@ -62,7 +61,6 @@ fn linking_the_catalog_registers_the_built_ins() {
 }
 
 #[test]
-#[ignore = "pending: #[worker_selection_policy]/#[hint_policy] do not register yet"]
 fn linked_built_ins_construct_with_their_commitments() {
     let registry = PolicyRegistry::linked().expect("the linked registrations are valid");
     let kvcr = registry
