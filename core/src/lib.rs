@@ -5,8 +5,11 @@
 //! from [`plugins::prelude`]; linking a catalog crate registers its policies.
 
 pub mod config;
+pub mod kv;
+pub mod metrics;
 pub mod plugins;
 pub mod router;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod __private;

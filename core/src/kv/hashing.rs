@@ -1,0 +1,177 @@
+//! Prompt hashing: tokens → per-block local hashes → chained sequence hashes (xxh3).
+//!
+//! A block's local hash covers its tokens only; its sequence hash chains in every block before
+//! it, so equal sequence hashes mean equal prefixes. Only full blocks are hashed.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// The xxh3 seed of every block and sequence hash (the upstream router's seed).
+pub const HASH_SEED: u64 = 1337;
+
+/// Largest block size hashed without a heap buffer, in tokens.
+const STACK_BLOCK_TOKENS: usize = 64;
+
+/// The local hash of each full block of `tokens`: xxh3 of the block's little-endian `u32`s.
+/// A `block_size` of 0 yields no blocks.
+pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    let block_size = block_size as usize;
+    if block_size == 0 {
+        return Vec::new();
+    }
+    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
+    for_each_block_hash(tokens, block_size, |hash| hashes.push(hash));
+    hashes
+}
+
+/// Chains local block hashes into sequence hashes: `seq[0] = local[0]`,
+/// `seq[i] = xxh3(seq[i-1] ‖ local[i])`.
+pub fn sequence_hashes(local: &[u64]) -> Vec<u64> {
+    let mut hashes = Vec::with_capacity(local.len());
+    let mut chain = SequenceChain::default();
+    for &hash in local {
+        hashes.push(chain.push(hash));
+    }
+    hashes
+}
+
+/// The sequence hashes of the full blocks of `tokens`, in one pass.
+pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    let block_size = block_size as usize;
+    if block_size == 0 {
+        return Vec::new();
+    }
+    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
+    let mut chain = SequenceChain::default();
+    for_each_block_hash(tokens, block_size, |hash| hashes.push(chain.push(hash)));
+    hashes
+}
+
+/// Sequence hashes for prompts that arrive as per-block ids (Mooncake `hash_ids`): the ids are
+/// used as local hashes, as given, and chained.
+pub fn sequence_hashes_from_block_ids(ids: &[u64]) -> Vec<u64> {
+    sequence_hashes(ids)
+}
+
+/// Folds local hashes into sequence hashes one block at a time.
+#[derive(Default)]
+struct SequenceChain {
+    previous: Option<u64>,
+}
+
+impl SequenceChain {
+    fn push(&mut self, local: u64) -> u64 {
+        let next = match self.previous {
+            None => local,
+            Some(previous) => {
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&previous.to_le_bytes());
+                bytes[8..].copy_from_slice(&local.to_le_bytes());
+                xxh3_64_with_seed(&bytes, HASH_SEED)
+            }
+        };
+        self.previous = Some(next);
+        next
+    }
+}
+
+fn for_each_block_hash(tokens: &[u32], block_size: usize, mut emit: impl FnMut(u64)) {
+    if block_size <= STACK_BLOCK_TOKENS {
+        let mut buffer = [0u8; STACK_BLOCK_TOKENS * 4];
+        for block in tokens.chunks_exact(block_size) {
+            emit(hash_block(block, &mut buffer));
+        }
+    } else {
+        let mut buffer = vec![0u8; block_size * 4];
+        for block in tokens.chunks_exact(block_size) {
+            emit(hash_block(block, &mut buffer));
+        }
+    }
+}
+
+fn hash_block(block: &[u32], buffer: &mut [u8]) -> u64 {
+    let bytes = &mut buffer[..block.len() * 4];
+    for (chunk, token) in bytes.chunks_exact_mut(4).zip(block) {
+        chunk.copy_from_slice(&token.to_le_bytes());
+    }
+    xxh3_64_with_seed(bytes, HASH_SEED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn le_bytes(tokens: &[u32]) -> Vec<u8> {
+        tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn only_full_blocks_are_hashed() {
+        let tokens: Vec<u32> = (0..37).collect();
+        assert_eq!(block_hashes(&tokens, 16).len(), 2);
+        assert_eq!(sequence_hashes_for_tokens(&tokens, 16).len(), 2);
+        assert!(block_hashes(&tokens, 0).is_empty());
+        assert!(block_hashes(&tokens[..15], 16).is_empty());
+    }
+
+    #[test]
+    fn local_hash_is_xxh3_of_little_endian_tokens() {
+        let tokens: Vec<u32> = (100..132).collect();
+        let local = block_hashes(&tokens, 16);
+        assert_eq!(
+            local[0],
+            xxh3_64_with_seed(&le_bytes(&tokens[..16]), HASH_SEED)
+        );
+        assert_eq!(
+            local[1],
+            xxh3_64_with_seed(&le_bytes(&tokens[16..]), HASH_SEED)
+        );
+    }
+
+    #[test]
+    fn sequence_hashes_chain_the_previous_hash() {
+        let local = [7u64, 8, 9];
+        let seq = sequence_hashes(&local);
+        assert_eq!(seq[0], 7);
+        let mut bytes = 7u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&8u64.to_le_bytes());
+        assert_eq!(seq[1], xxh3_64_with_seed(&bytes, HASH_SEED));
+        let mut bytes = seq[1].to_le_bytes().to_vec();
+        bytes.extend_from_slice(&9u64.to_le_bytes());
+        assert_eq!(seq[2], xxh3_64_with_seed(&bytes, HASH_SEED));
+    }
+
+    #[test]
+    fn token_path_equals_two_step_path_for_any_block_size() {
+        let tokens: Vec<u32> = (0..1000).map(|t| t * 7 + 3).collect();
+        for block_size in [1, 16, 64, 65, 512] {
+            assert_eq!(
+                sequence_hashes_for_tokens(&tokens, block_size),
+                sequence_hashes(&block_hashes(&tokens, block_size)),
+                "block size {block_size}"
+            );
+        }
+    }
+
+    #[test]
+    fn shared_prefixes_share_sequence_hashes_and_diverge_after() {
+        let a: Vec<u32> = (0..64).collect();
+        let mut b = a.clone();
+        b[40] = 9999;
+        let (ha, hb) = (
+            sequence_hashes_for_tokens(&a, 16),
+            sequence_hashes_for_tokens(&b, 16),
+        );
+        assert_eq!(ha[..2], hb[..2]);
+        assert_ne!(ha[2], hb[2]);
+        assert_ne!(ha[3], hb[3]);
+    }
+
+    #[test]
+    fn block_ids_are_used_as_local_hashes() {
+        assert_eq!(
+            sequence_hashes_from_block_ids(&[5, 6]),
+            sequence_hashes(&[5, 6])
+        );
+        assert_eq!(sequence_hashes_from_block_ids(&[5])[0], 5);
+    }
+}

@@ -1,0 +1,59 @@
+//! A request to book: its id, role, prompt and session.
+
+use crate::plugins::SessionContext;
+use crate::router::worker::Role;
+
+/// One request the caller wants a worker for, in one role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRequest {
+    /// The request id (the hint's `message_id`; also the key of `prefill_complete`/`release`).
+    pub request_id: String,
+    /// The role to book.
+    pub role: Role,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// The caller's session context, passed to policies.
+    pub session: SessionContext,
+}
+
+/// A prompt: its tokens, or its precomputed per-block sequence hashes (for example from a trace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    /// Token ids; the router hashes them once, into full blocks of the router's block size.
+    Tokens(Vec<u32>),
+    /// Sequence hashes already computed (one per full block) and the prompt length in tokens.
+    Blocks {
+        /// The sequence hashes, one per full block, in order.
+        sequence_hashes: Vec<u64>,
+        /// The prompt length in tokens.
+        prompt_tokens: usize,
+    },
+}
+
+impl RouteRequest {
+    /// A request `request_id` for `role` with `prompt` and no session.
+    pub fn new(request_id: impl Into<String>, role: Role, prompt: Prompt) -> Self {
+        Self {
+            request_id: request_id.into(),
+            role,
+            prompt,
+            session: SessionContext::default(),
+        }
+    }
+
+    /// The same request in `session`.
+    pub fn with_session(mut self, session: SessionContext) -> Self {
+        self.session = session;
+        self
+    }
+}
+
+impl Prompt {
+    /// The prompt length in tokens.
+    pub fn prompt_tokens(&self) -> usize {
+        match self {
+            Prompt::Tokens(tokens) => tokens.len(),
+            Prompt::Blocks { prompt_tokens, .. } => *prompt_tokens,
+        }
+    }
+}
