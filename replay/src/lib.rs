@@ -1,0 +1,26 @@
+//! `kv-router-replay`: replays a workload through the KV router against a simulated cluster and
+//! reports what the routing and hint policies change.
+//!
+//! The cluster runs in virtual, event-driven time. Its workers hold KV in LRU caches, publish
+//! real KV events to the router as they compute, fetch and evict blocks, execute `kv.fetch`
+//! actions from the router's hints, and report completions — so the effect of a policy is
+//! measured, never assumed.
+
+pub mod block_cache;
+pub mod cluster;
+pub mod engine_block;
+pub mod outcome;
+pub mod rng;
+pub mod router_port;
+pub mod simulation;
+pub mod synthetic;
+pub mod trace;
+pub mod workload;
+
+pub use cluster::{ClusterConfig, ClusterError, ResolvedCluster};
+pub use outcome::{BookingRecord, SimulationResult, StageOutcome};
+pub use router_port::RouterPort;
+pub use simulation::{SimulationError, simulate, stages_for};
+pub use synthetic::SyntheticWorkload;
+pub use trace::{BadLine, LoadedTrace, TraceError, read_trace, read_trace_file};
+pub use workload::{PreparedWorkload, Workload, WorkloadRequest};
