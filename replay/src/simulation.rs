@@ -464,6 +464,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         }
         let mut run = std::mem::take(&mut self.stored_scratch);
         let mut removed = std::mem::take(&mut self.removed_scratch);
+        let events = &mut self.result.events;
+        let router = self.router;
         let mut parent = None;
         for (index, hash) in hashes.iter().enumerate() {
             let new = state
@@ -478,31 +480,11 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                     tokens_hash: *hash,
                 });
             } else if !run.is_empty() {
-                run = publish(
-                    self.router,
-                    state,
-                    &mut self.result.events,
-                    stored(parent, run),
-                );
+                (run, removed) = publish_run(router, state, events, parent, run, removed);
             }
         }
-        if !run.is_empty() {
-            run = publish(
-                self.router,
-                state,
-                &mut self.result.events,
-                stored(parent, run),
-            );
-        }
-        if !removed.is_empty() {
-            let data = KvEventData::Removed {
-                block_hashes: removed,
-            };
-            removed = match publish_event(self.router, state, &mut self.result.events, data) {
-                KvEventData::Removed { block_hashes } => block_hashes,
-                _ => Vec::new(),
-            };
-            removed.clear();
+        if !run.is_empty() || !removed.is_empty() {
+            (run, removed) = publish_run(router, state, events, parent, run, removed);
         }
         // The prompt's first blocks are the most shared: evict its tail first.
         for hash in hashes.iter().rev() {
@@ -513,27 +495,40 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
     }
 }
 
-fn stored(parent_hash: Option<u64>, blocks: Vec<StoredBlock>) -> KvEventData {
-    KvEventData::Stored {
-        parent_hash,
-        blocks,
-    }
-}
-
-/// Publishes a `stored` event and hands back its (emptied) block buffer for reuse.
-fn publish<R: RouterPort + ?Sized>(
+/// Publishes the evictions a run of stores caused, then the run (an engine frees before it
+/// stores), and hands back both buffers emptied for reuse.
+fn publish_run<R: RouterPort + ?Sized>(
     router: &R,
     worker: &mut SimWorker,
     events: &mut u64,
-    data: KvEventData,
-) -> Vec<StoredBlock> {
-    match publish_event(router, worker, events, data) {
-        KvEventData::Stored { mut blocks, .. } => {
-            blocks.clear();
-            blocks
-        }
-        _ => Vec::new(),
+    parent_hash: Option<u64>,
+    blocks: Vec<StoredBlock>,
+    block_hashes: Vec<u64>,
+) -> (Vec<StoredBlock>, Vec<u64>) {
+    let mut removed = block_hashes;
+    if !removed.is_empty() {
+        let data = KvEventData::Removed {
+            block_hashes: removed,
+        };
+        removed = match publish_event(router, worker, events, data) {
+            KvEventData::Removed { block_hashes } => block_hashes,
+            _ => Vec::new(),
+        };
+        removed.clear();
     }
+    let mut run = blocks;
+    if !run.is_empty() {
+        let data = KvEventData::Stored {
+            parent_hash,
+            blocks: run,
+        };
+        run = match publish_event(router, worker, events, data) {
+            KvEventData::Stored { blocks, .. } => blocks,
+            _ => Vec::new(),
+        };
+        run.clear();
+    }
+    (run, removed)
 }
 
 /// Sends one event numbered by the worker's monotonic counter and returns its data for reuse.
