@@ -8,19 +8,26 @@
 
 pub mod block_cache;
 pub mod cluster;
+pub mod compare;
 pub mod engine_block;
+pub mod html_report;
 pub mod outcome;
+pub mod report;
 pub mod rng;
 pub mod router_port;
 pub mod simulation;
+pub mod summary;
 pub mod synthetic;
 pub mod trace;
 pub mod workload;
 
 pub use cluster::{ClusterConfig, ClusterError, ResolvedCluster};
+pub use compare::{ReplayConfig, ReplayError, ReplayOptions, compare};
 pub use outcome::{BookingRecord, SimulationResult, StageOutcome};
+pub use report::{Comparison, WorkloadInfo};
 pub use router_port::RouterPort;
 pub use simulation::{SimulationError, simulate, stages_for};
+pub use summary::ConfigReport;
 pub use synthetic::SyntheticWorkload;
 pub use trace::{BadLine, LoadedTrace, TraceError, read_trace, read_trace_file};
 pub use workload::{PreparedWorkload, Workload, WorkloadRequest};
