@@ -1,10 +1,23 @@
 //! The run-time router: workers and their capabilities, the per-role policy setup, load
 //! accounting and the booking pipeline.
+//!
+//! Concurrency: the worker registry and the KV index sit behind one `parking_lot::RwLock`.
+//! Bookings take it shared (many at once), for the few microseconds of the overlap pass, the
+//! selection and the hint policies, so every policy of a booking sees one consistent index;
+//! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
+//! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
+//! is caught anyway) and it keeps writers from starving under a stream of bookings. Loads are
+//! atomics read without locks; reservations change them under the ledger's mutex so that the
+//! ledger and the loads always agree.
 
+mod blind_selection;
 pub mod booking;
+mod hint_assembly;
+mod load;
 pub mod request;
 pub mod setup;
 pub mod worker;
+mod workers;
 
 pub use crate::kv::{EventOutcome, IgnoreReason};
 pub use booking::{BookError, Booking, BookingStats};
@@ -12,9 +25,21 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::kv::KvEvent;
-use crate::metrics::MetricsSnapshot;
-use std::time::Duration;
+use crate::kv::{KvEvent, KvIndex, sequence_hashes_for_tokens};
+use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
+use crate::plugins::{
+    Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
+};
+use crate::wire::KvHint;
+use blind_selection::BlindSelector;
+use hint_assembly::{assemble, panic_message};
+use load::LoadLedger;
+use parking_lot::{Mutex, RwLock};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+use workers::{WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
@@ -54,16 +79,54 @@ pub enum RouterError {
     },
 }
 
+/// What bookings read and events write.
+#[derive(Default)]
+struct RouterState {
+    workers: Workers,
+    index: KvIndex,
+}
+
 /// Books requests on workers: KV index, selection policy, load reservation and hints.
 pub struct Router {
     setup: RouterSetup,
     options: RouterOptions,
+    state: RwLock<RouterState>,
+    ledger: Mutex<LoadLedger>,
+    metrics: RouterMetrics,
+    policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
+    blind: BlindSelector,
 }
 
 impl Router {
     /// A router running `setup`, with no workers yet.
     pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
-        Router { setup, options }
+        let policy_failures = setup
+            .roles
+            .iter()
+            .map(|(role, policies)| {
+                let counters = policies
+                    .hints
+                    .iter()
+                    .map(|hint| {
+                        PolicyFailureCounter::new(
+                            role.to_string(),
+                            hint.policy_type.clone(),
+                            hint.label().to_owned(),
+                        )
+                    })
+                    .collect();
+                (*role, counters)
+            })
+            .collect();
+        Router {
+            setup,
+            options,
+            state: RwLock::new(RouterState::default()),
+            ledger: Mutex::new(LoadLedger::default()),
+            metrics: RouterMetrics::default(),
+            policy_failures,
+            blind: BlindSelector::new(options.seed),
+        }
     }
 
     /// The setup the router runs.
@@ -78,43 +141,337 @@ impl Router {
 
     /// Registers a worker; from now on it is a candidate for its role and its events are applied.
     pub fn register_worker(&self, info: WorkerInfo) -> Result<(), RouterError> {
-        let _ = info;
+        let id = info.id;
+        let mut state = self.state.write();
+        if !state.workers.insert(info) {
+            return Err(RouterError::AlreadyRegistered { worker: id });
+        }
+        state.index.add_worker(id);
+        tracing::info!(worker = %id, "worker registered");
         Ok(())
     }
 
-    /// Deregisters a worker and drops every block the index held for it.
+    /// Deregisters a worker and drops every block the index held for it. Its active bookings
+    /// stay in the ledger until released or expired.
     pub fn deregister_worker(&self, id: WorkerId) -> Result<(), RouterError> {
-        Err(RouterError::UnknownWorker { worker: id })
+        let mut state = self.state.write();
+        if state.workers.remove(id).is_none() {
+            return Err(RouterError::UnknownWorker { worker: id });
+        }
+        state.index.remove_worker(id);
+        tracing::info!(worker = %id, "worker deregistered");
+        Ok(())
+    }
+
+    /// The registered workers with their reserved load, sorted by id.
+    pub fn workers(&self) -> Vec<(WorkerInfo, WorkerLoad)> {
+        self.state
+            .read()
+            .workers
+            .iter()
+            .map(|entry| (entry.info.clone(), entry.load.snapshot()))
+            .collect()
     }
 
     /// Applies one KV event; anomalies are counted and change nothing.
     pub fn apply_event(&self, event: &KvEvent) -> EventOutcome {
-        let _ = event;
-        EventOutcome::Applied
+        let outcome = self.state.write().index.apply(event);
+        if let EventOutcome::Ignored(reason) = outcome {
+            tracing::debug!(worker = %event.worker, event_id = event.event_id, %reason, "KV event ignored");
+        }
+        outcome
+    }
+
+    /// Reads one KV event from JSON and applies it; malformed input is counted and ignored.
+    pub fn apply_event_json(&self, json: &str) -> EventOutcome {
+        match KvEvent::from_json(json) {
+            Ok(event) => self.apply_event(&event),
+            Err(error) => {
+                tracing::debug!(%error, "malformed KV event ignored");
+                self.state.write().index.note_malformed();
+                EventOutcome::Ignored(IgnoreReason::Malformed)
+            }
+        }
+    }
+
+    /// The number of leading `sequence_hashes` that `worker` caches, per the index.
+    pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize {
+        self.state
+            .read()
+            .index
+            .prefix_length(sequence_hashes, worker)
     }
 
     /// Books `request` on a worker of its role and returns the hint for it.
     pub fn book(&self, request: &RouteRequest) -> Result<Booking, BookError> {
-        Err(BookError::NoWorkers { role: request.role })
+        let start = Instant::now();
+        self.expire(start);
+        let result = match self.setup.router_mode {
+            RouterMode::Kv => self.book_kv(request, start),
+            mode => self.book_blind(mode, request, start),
+        };
+        match &result {
+            Ok(booking) => self.metrics.count_booking(booking.stats.latency),
+            Err(error) => self.metrics.count_book_error(error.reason()),
+        }
+        result
     }
 
     /// Reports that the request's prefill finished: its prefill tokens are released.
+    /// Unknown or repeated reports are harmless.
     pub fn prefill_complete(&self, request_id: &str) {
-        let _ = request_id;
+        self.ledger.lock().prefill_complete(request_id);
     }
 
-    /// Reports that the request finished: all its load is released.
+    /// Reports that the request finished: all its load is released. Unknown or repeated
+    /// releases are harmless.
     pub fn release(&self, request_id: &str) {
-        let _ = request_id;
+        self.ledger.lock().release(request_id);
+    }
+
+    /// Releases bookings older than the TTL now (bookings also do it as they go).
+    pub fn expire_stale_bookings(&self) {
+        self.expire(Instant::now());
     }
 
     /// A snapshot of every metric.
     pub fn metrics(&self) -> MetricsSnapshot {
-        MetricsSnapshot::default()
+        let active = self.ledger.lock().active_bookings();
+        let state = self.state.read();
+        self.metrics.snapshot(
+            self.policy_failures.values().flatten(),
+            state.index.counters(),
+            state.index.memberships() as u64,
+            active,
+        )
     }
 
     /// Every metric in the Prometheus text exposition format.
     pub fn prometheus_text(&self) -> String {
         self.metrics().to_prometheus()
+    }
+
+    fn expire(&self, now: Instant) {
+        let mut ledger = self.ledger.lock();
+        if ledger.has_expired(now) {
+            let expired = ledger.expire(now);
+            drop(ledger);
+            if expired > 0 {
+                tracing::info!(expired, "bookings released by their TTL");
+                self.metrics.count_expired(expired);
+            }
+        }
+    }
+
+    fn reserve(
+        &self,
+        request_id: &str,
+        role: Role,
+        worker: &std::sync::Arc<WorkerEntry>,
+        prefill_tokens: usize,
+        blocks: usize,
+        now: Instant,
+    ) {
+        let deadline = now + self.options.booking_ttl;
+        self.ledger.lock().reserve(
+            request_id,
+            role,
+            worker,
+            prefill_tokens as u64,
+            blocks as u64,
+            deadline,
+        );
+    }
+
+    fn book_kv(&self, request: &RouteRequest, start: Instant) -> Result<Booking, BookError> {
+        let role = request.role;
+        let policies = self
+            .setup
+            .roles
+            .get(&role)
+            .ok_or(BookError::NoRoleConfig { role })?;
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let hashes: Cow<'_, [u64]> = match &request.prompt {
+            Prompt::Tokens(tokens) => Cow::Owned(sequence_hashes_for_tokens(tokens, block_size)),
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => Cow::Borrowed(sequence_hashes),
+        };
+
+        let state = self.state.read();
+        let workers = state
+            .workers
+            .role(role)
+            .ok_or(BookError::NoWorkers { role })?;
+        let mut lengths = Vec::with_capacity(workers.ids.len());
+        state
+            .index
+            .prefix_lengths(&hashes, &workers.ids, &mut lengths);
+        let candidates: Vec<Candidate> = workers
+            .entries
+            .iter()
+            .zip(&lengths)
+            .map(|(entry, cached_blocks)| Candidate {
+                worker: entry.info.id,
+                cached_blocks: *cached_blocks,
+                load: entry.load.snapshot(),
+                router_hint: entry.info.capabilities.router_hint,
+                source_endpoint: entry.source_endpoint.clone(),
+            })
+            .collect();
+        let view = RequestView {
+            request_id: &request.request_id,
+            role,
+            prompt_tokens,
+            block_size,
+            session: &request.session,
+            sequence_hashes: &hashes,
+            candidates: &candidates,
+            blocks: &state.index,
+        };
+
+        let selection = self.select(policies, &view)?;
+        let Some(position) = candidates
+            .iter()
+            .position(|candidate| candidate.worker == selection.worker)
+        else {
+            tracing::warn!(
+                %role,
+                policy_type = %policies.selection_type,
+                worker = %selection.worker,
+                "worker-selection policy chose a worker that is not a candidate"
+            );
+            return Err(BookError::NotACandidate {
+                role,
+                policy: policies.selection_type.clone(),
+                worker: selection.worker,
+            });
+        };
+        let booked = &workers.entries[position];
+        let cached_blocks = candidates[position].cached_blocks;
+        let prefill_tokens =
+            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize));
+        self.reserve(
+            &request.request_id,
+            role,
+            booked,
+            prefill_tokens,
+            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            start,
+        );
+
+        let mut stats = BookingStats {
+            blocks: hashes.len(),
+            cached_blocks,
+            ..BookingStats::default()
+        };
+        let mut hint = None;
+        if booked.info.capabilities.router_hint {
+            let context = HintContext::new(view, selection.worker, selection.kv_copy.as_ref());
+            let counters = self
+                .policy_failures
+                .get(&role)
+                .map_or(&[][..], Vec::as_slice);
+            let assembled = assemble(&policies.hints, counters, &context);
+            stats.hint_policies_run = assembled.policies_run;
+            stats.actions = assembled.actions.len();
+            stats.actions_dropped = assembled.dropped;
+            stats.policy_failures = assembled.failures;
+            self.metrics
+                .count_hint(stats.actions, stats.actions_dropped);
+            if !assembled.actions.is_empty() {
+                hint = Some(KvHint::numbered(&request.request_id, assembled.actions));
+            }
+        } else {
+            self.metrics.count_hint_skipped();
+        }
+        drop(state);
+        stats.latency = start.elapsed();
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role,
+            worker: selection.worker,
+            hint,
+            committed_kv_copy: selection.kv_copy,
+            stats,
+        })
+    }
+
+    fn select(
+        &self,
+        policies: &RolePolicies,
+        view: &RequestView<'_>,
+    ) -> Result<Selection, BookError> {
+        let context = WorkerSelectionContext::new(*view);
+        let role = view.role;
+        match catch_unwind(AssertUnwindSafe(|| {
+            policies.selection.policy.select(&context)
+        })) {
+            Ok(Ok(selection)) => Ok(selection),
+            Ok(Err(error)) => {
+                tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
+                Err(BookError::SelectionFailed {
+                    role,
+                    policy: policies.selection_type.clone(),
+                    message: error.to_string(),
+                })
+            }
+            Err(panic) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
+                Err(BookError::SelectionPanicked {
+                    role,
+                    policy: policies.selection_type.clone(),
+                    message,
+                })
+            }
+        }
+    }
+
+    fn book_blind(
+        &self,
+        mode: RouterMode,
+        request: &RouteRequest,
+        start: Instant,
+    ) -> Result<Booking, BookError> {
+        let role = request.role;
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let blocks = match &request.prompt {
+            Prompt::Tokens(tokens) => tokens.len() / block_size.max(1) as usize,
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.len(),
+        };
+        let state = self.state.read();
+        let workers = state
+            .workers
+            .role(role)
+            .ok_or(BookError::NoWorkers { role })?;
+        let position = self.blind.choose(mode, role, &workers.entries);
+        let booked = &workers.entries[position.min(workers.entries.len() - 1)];
+        let worker = booked.info.id;
+        self.reserve(
+            &request.request_id,
+            role,
+            booked,
+            prompt_tokens,
+            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            start,
+        );
+        drop(state);
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role,
+            worker,
+            hint: None,
+            committed_kv_copy: None,
+            stats: BookingStats {
+                blocks,
+                latency: start.elapsed(),
+                ..BookingStats::default()
+            },
+        })
     }
 }

@@ -1,0 +1,175 @@
+//! Load accounting: what each booking reserves on its worker, until the caller reports that
+//! prefill completed and that the request finished, or until the booking's TTL expires.
+
+use super::worker::Role;
+use super::workers::WorkerEntry;
+use crate::plugins::WorkerLoad;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// A worker's reserved load; read without locks by bookings, changed under the ledger's lock.
+#[derive(Default)]
+pub(crate) struct WorkerLoadCell {
+    prefill_tokens: AtomicU64,
+    blocks: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl WorkerLoadCell {
+    /// The load as it is now.
+    pub(crate) fn snapshot(&self) -> WorkerLoad {
+        WorkerLoad {
+            active_prefill_tokens: self.prefill_tokens.load(Ordering::Relaxed),
+            active_blocks: self.blocks.load(Ordering::Relaxed),
+            active_requests: self.requests.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add(&self, prefill_tokens: u64, blocks: u64) {
+        self.prefill_tokens
+            .fetch_add(prefill_tokens, Ordering::Relaxed);
+        self.blocks.fetch_add(blocks, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sub_prefill(&self, prefill_tokens: u64) {
+        self.prefill_tokens
+            .fetch_sub(prefill_tokens, Ordering::Relaxed);
+    }
+
+    fn sub(&self, prefill_tokens: u64, blocks: u64) {
+        self.sub_prefill(prefill_tokens);
+        self.blocks.fetch_sub(blocks, Ordering::Relaxed);
+        self.requests.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What one booking holds on its worker.
+struct Reservation {
+    role: Role,
+    worker: Arc<WorkerEntry>,
+    prefill_tokens: u64,
+    blocks: u64,
+    generation: u64,
+}
+
+impl Reservation {
+    fn release(self) {
+        self.worker.load.sub(self.prefill_tokens, self.blocks);
+    }
+}
+
+/// The active bookings, by request id (one per role), and their expiry order.
+#[derive(Default)]
+pub(crate) struct LoadLedger {
+    active: HashMap<String, Vec<Reservation>>,
+    expiry: VecDeque<(Instant, String, u64)>,
+    next_generation: u64,
+    reservations: u64,
+}
+
+impl LoadLedger {
+    /// Reserves load for `request_id` in `role` on `worker`, replacing an earlier booking of the
+    /// same request and role. The booking expires at `deadline` unless released earlier.
+    pub(crate) fn reserve(
+        &mut self,
+        request_id: &str,
+        role: Role,
+        worker: &Arc<WorkerEntry>,
+        prefill_tokens: u64,
+        blocks: u64,
+        deadline: Instant,
+    ) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        worker.load.add(prefill_tokens, blocks);
+        let reservation = Reservation {
+            role,
+            worker: Arc::clone(worker),
+            prefill_tokens,
+            blocks,
+            generation,
+        };
+        let bookings = self.active.entry(request_id.to_owned()).or_default();
+        if let Some(position) = bookings.iter().position(|r| r.role == role) {
+            bookings.swap_remove(position).release();
+            self.reservations -= 1;
+        }
+        bookings.push(reservation);
+        self.reservations += 1;
+        self.expiry
+            .push_back((deadline, request_id.to_owned(), generation));
+    }
+
+    /// Gives back the prefill tokens of every booking of `request_id`; repeats are harmless.
+    pub(crate) fn prefill_complete(&mut self, request_id: &str) {
+        if let Some(bookings) = self.active.get_mut(request_id) {
+            for reservation in bookings {
+                reservation
+                    .worker
+                    .load
+                    .sub_prefill(reservation.prefill_tokens);
+                reservation.prefill_tokens = 0;
+            }
+        }
+    }
+
+    /// Gives back everything the bookings of `request_id` hold; returns how many it released.
+    pub(crate) fn release(&mut self, request_id: &str) -> usize {
+        let Some(bookings) = self.active.remove(request_id) else {
+            return 0;
+        };
+        let released = bookings.len();
+        self.reservations -= released as u64;
+        bookings.into_iter().for_each(Reservation::release);
+        released
+    }
+
+    /// Releases the bookings whose deadline is at or before `now`; returns how many.
+    pub(crate) fn expire(&mut self, now: Instant) -> u64 {
+        let mut expired = 0;
+        while let Some((deadline, _, _)) = self.expiry.front() {
+            if *deadline > now {
+                break;
+            }
+            let Some((_, request_id, generation)) = self.expiry.pop_front() else {
+                break;
+            };
+            let Some(bookings) = self.active.get_mut(&request_id) else {
+                continue;
+            };
+            if let Some(position) = bookings.iter().position(|r| r.generation == generation) {
+                bookings.swap_remove(position).release();
+                self.reservations -= 1;
+                expired += 1;
+            }
+            if bookings.is_empty() {
+                self.active.remove(&request_id);
+            }
+        }
+        // Released bookings leave their expiry records behind; drop them once they dominate.
+        if self.expiry.len() > 1024 && self.expiry.len() as u64 > 4 * self.reservations {
+            let active = &self.active;
+            self.expiry.retain(|(_, request_id, generation)| {
+                active
+                    .get(request_id)
+                    .is_some_and(|b| b.iter().any(|r| r.generation == *generation))
+            });
+        }
+        expired
+    }
+
+    /// Bookings holding load.
+    pub(crate) fn active_bookings(&self) -> u64 {
+        self.reservations
+    }
+
+    /// Whether `deadline` of the oldest booking has passed.
+    pub(crate) fn has_expired(&self, now: Instant) -> bool {
+        self.expiry
+            .front()
+            .is_some_and(|(deadline, _, _)| *deadline <= now)
+    }
+}

@@ -1,0 +1,85 @@
+//! The registry of workers: who is registered, in which role, with which capabilities and load.
+
+use super::load::WorkerLoadCell;
+use super::worker::{Role, WorkerId, WorkerInfo};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One registered worker and the load the router has reserved on it.
+pub(crate) struct WorkerEntry {
+    pub(crate) info: WorkerInfo,
+    pub(crate) source_endpoint: Option<Arc<str>>,
+    pub(crate) load: WorkerLoadCell,
+}
+
+impl WorkerEntry {
+    fn new(info: WorkerInfo) -> Self {
+        let source_endpoint = info
+            .capabilities
+            .router_hint_source_control_endpoint
+            .as_deref()
+            .map(Arc::from);
+        Self {
+            info,
+            source_endpoint,
+            load: WorkerLoadCell::default(),
+        }
+    }
+}
+
+/// A role's workers, sorted by id, with their ids alone for index lookups.
+#[derive(Default)]
+pub(crate) struct RoleWorkers {
+    pub(crate) entries: Vec<Arc<WorkerEntry>>,
+    pub(crate) ids: Vec<WorkerId>,
+}
+
+/// Every registered worker, by id and by role.
+#[derive(Default)]
+pub(crate) struct Workers {
+    by_id: BTreeMap<WorkerId, Arc<WorkerEntry>>,
+    by_role: BTreeMap<Role, RoleWorkers>,
+}
+
+impl Workers {
+    /// Adds a worker; `false` if its id is already registered.
+    pub(crate) fn insert(&mut self, info: WorkerInfo) -> bool {
+        if self.by_id.contains_key(&info.id) {
+            return false;
+        }
+        let entry = Arc::new(WorkerEntry::new(info));
+        self.by_id.insert(entry.info.id, Arc::clone(&entry));
+        self.rebuild_role(entry.info.role);
+        true
+    }
+
+    /// Removes a worker; `None` if it was not registered.
+    pub(crate) fn remove(&mut self, id: WorkerId) -> Option<Arc<WorkerEntry>> {
+        let entry = self.by_id.remove(&id)?;
+        self.rebuild_role(entry.info.role);
+        Some(entry)
+    }
+
+    /// The workers of `role`, sorted by id.
+    pub(crate) fn role(&self, role: Role) -> Option<&RoleWorkers> {
+        self.by_role
+            .get(&role)
+            .filter(|workers| !workers.ids.is_empty())
+    }
+
+    /// Every registered worker, sorted by id.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<WorkerEntry>> {
+        self.by_id.values()
+    }
+
+    fn rebuild_role(&mut self, role: Role) {
+        let entries: Vec<Arc<WorkerEntry>> = self
+            .by_id
+            .values()
+            .filter(|entry| entry.info.role == role)
+            .cloned()
+            .collect();
+        let ids = entries.iter().map(|entry| entry.info.id).collect();
+        self.by_role.insert(role, RoleWorkers { entries, ids });
+    }
+}

@@ -1,0 +1,130 @@
+//! Many threads booking, completing and releasing while another applies KV events: the
+//! accounting adds up.
+
+mod common;
+
+use common::*;
+use dynamo_kv_router::kv::{KvEvent, KvEventData, sequence_hashes_for_tokens};
+use dynamo_kv_router::plugins::WorkerLoad;
+use dynamo_kv_router::router::{Role, RouterMode};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[test]
+fn concurrent_bookings_and_events_keep_the_accounting_exact() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 300;
+    let router = Arc::new(router(
+        RouterMode::Kv,
+        vec![(Role::Decode, role_policies("longest", LongestPrefix, vec![hint("fetch", CopySender)]))],
+    ));
+    for id in 1..=8 {
+        assert!(router.register_worker(hinting(id, Role::Decode)).is_ok());
+    }
+    let prompts: Vec<Vec<u32>> = (0..16).map(|n| tokens(64, n % 4)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let events = {
+        let router = Arc::clone(&router);
+        let prompts = prompts.clone();
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut ids = [0u64; 9];
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let w = 1 + round % 8;
+                let prompt = &prompts[round % prompts.len()];
+                let event = if round % 7 == 6 {
+                    let hashes = sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
+                    KvEvent::new(
+                        worker(w as u64),
+                        ids[w],
+                        KvEventData::Removed {
+                            block_hashes: hashes.iter().skip(8).map(|h| engine_of(*h)).collect(),
+                        },
+                    )
+                } else {
+                    stored(worker(w as u64), ids[w], prompt, 4 + round % 12)
+                };
+                ids[w] += 1;
+                let _ = router.apply_event(&event);
+                round += 1;
+            }
+            round
+        })
+    };
+
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let router = Arc::clone(&router);
+            let prompts = prompts.clone();
+            std::thread::spawn(move || {
+                // Expected outstanding load per worker from this thread.
+                let mut outstanding: BTreeMap<u64, WorkerLoad> = BTreeMap::new();
+                let mut live = Vec::new();
+                for n in 0..PER_THREAD {
+                    let id = format!("t{t}-{n}");
+                    let prompt = prompts[(n + t) % prompts.len()].clone();
+                    let Ok(booking) = router.book(&request(&id, Role::Decode, prompt)) else {
+                        panic!("booking failed");
+                    };
+                    let prefill = 64 - booking.stats.cached_blocks as u64 * u64::from(BLOCK_SIZE);
+                    live.push((id, booking.worker.worker_id, prefill));
+                    if n % 3 == 0 {
+                        let (id, _, _) = live.remove(0);
+                        router.release(&id);
+                    }
+                    if n % 5 == 0
+                        && let Some(entry) = live.last_mut()
+                    {
+                        router.prefill_complete(&entry.0);
+                        entry.2 = 0;
+                    }
+                }
+                for (_, worker_id, prefill) in &live {
+                    let load = outstanding.entry(*worker_id).or_default();
+                    load.active_prefill_tokens += prefill;
+                    load.active_blocks += 16;
+                    load.active_requests += 1;
+                }
+                (outstanding, live)
+            })
+        })
+        .collect();
+
+    let mut expected: BTreeMap<u64, WorkerLoad> = BTreeMap::new();
+    let mut live_ids = Vec::new();
+    for handle in handles {
+        let (outstanding, live) = handle.join().expect("booking thread");
+        for (worker_id, load) in outstanding {
+            let total = expected.entry(worker_id).or_default();
+            total.active_prefill_tokens += load.active_prefill_tokens;
+            total.active_blocks += load.active_blocks;
+            total.active_requests += load.active_requests;
+        }
+        live_ids.extend(live.into_iter().map(|(id, _, _)| id));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = events.join().expect("event thread");
+    assert!(rounds > 0);
+
+    let actual: BTreeMap<u64, WorkerLoad> = router
+        .workers()
+        .into_iter()
+        .filter(|(_, load)| load.active_requests > 0)
+        .map(|(info, load)| (info.id.worker_id, load))
+        .collect();
+    assert_eq!(actual, expected);
+    let metrics = router.metrics();
+    assert_eq!(metrics.bookings, (THREADS * PER_THREAD) as u64);
+    assert_eq!(metrics.booking_latency.count, metrics.bookings);
+    assert_eq!(metrics.active_bookings, live_ids.len() as u64);
+    assert_eq!(metrics.events.applied + metrics.events.ignored.values().sum::<u64>(), rounds as u64);
+
+    for id in &live_ids {
+        router.release(id);
+    }
+    assert!(router.workers().iter().all(|(_, load)| *load == WorkerLoad::default()));
+    assert_eq!(router.metrics().active_bookings, 0);
+}
