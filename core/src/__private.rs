@@ -3,6 +3,7 @@
 
 pub use inventory;
 pub use serde;
+pub use std::borrow::Cow;
 
 pub use crate::plugins::registration::{PolicyRegistration, RegisteredBuild};
 pub use crate::plugins::{
@@ -34,7 +35,7 @@ where
     P: DeserializeOwned,
 {
     let config: P = parameters.deserialize()?;
-    let policy = T::try_from(config).map_err(|error| ParameterError::rejected(error))?;
+    let policy = T::try_from(config).map_err(ParameterError::rejected)?;
     Ok(HintPolicyConstructor::shared(policy))
 }
 
@@ -59,6 +60,6 @@ where
     P: DeserializeOwned,
 {
     let config: P = parameters.deserialize()?;
-    let policy = T::try_from(config).map_err(|error| ParameterError::rejected(error))?;
+    let policy = T::try_from(config).map_err(ParameterError::rejected)?;
     Ok(WorkerSelectionConstructor::shared(policy))
 }

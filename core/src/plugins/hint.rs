@@ -11,6 +11,11 @@ use std::sync::Arc;
 /// The router calls [`build_hints`](HintPolicy::build_hints) once per booking on a worker that
 /// advertises `router_hint`. A policy never changes the choice of worker; it only returns
 /// actions for it. An error or a panic drops only this policy's actions.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a hint policy: it does not implement `HintPolicy`",
+    label = "`HintPolicy` is not implemented for `{Self}`",
+    note = "write `impl HintPolicy for {Self} {{ fn build_hints(&self, context: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError> {{ ... }} }}`"
+)]
 pub trait HintPolicy: Send + Sync {
     /// The actions for the booked worker, in the engine's format (without `action_id`).
     fn build_hints(&self, context: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError>;

@@ -255,9 +255,9 @@ pub enum RegistryError {
         /// The name.
         name: String,
         /// The registration that came first.
-        first: SourceLocation,
+        first: Box<SourceLocation>,
         /// The registration that came second.
-        second: SourceLocation,
+        second: Box<SourceLocation>,
     },
     /// No linked policy of that kind has the name.
     #[error("{}", unknown_message(*.kind, name, linked, suggestion.as_deref()))]
@@ -400,8 +400,8 @@ impl PolicyRegistry {
         if let Some(first) = self.entries.get(&entry.name) {
             return Err(RegistryError::Duplicate {
                 name: entry.name.clone(),
-                first: first.location.clone(),
-                second: entry.location,
+                first: Box::new(first.location.clone()),
+                second: Box::new(entry.location),
             });
         }
         self.entries.insert(entry.name.clone(), entry);

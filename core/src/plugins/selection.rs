@@ -58,6 +58,11 @@ impl Selection {
 }
 
 /// A policy that chooses which worker of a role serves a request.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a worker-selection policy: it does not implement `WorkerSelectionPolicy`",
+    label = "`WorkerSelectionPolicy` is not implemented for `{Self}`",
+    note = "write `impl WorkerSelectionPolicy for {Self} {{ fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError> {{ ... }} }}`"
+)]
 pub trait WorkerSelectionPolicy: Send + Sync {
     /// Chooses one of the context's candidates (there is always at least one).
     fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError>;

@@ -1,0 +1,158 @@
+//! The upstream per-worker cost that `dynamo-default-cost-fn` and `kvcr` minimise.
+
+use crate::invalid_parameter::{InvalidParameter, non_negative};
+use dynamo_kv_router::plugins::{Candidate, PolicyError, RequestView, WorkerLoad};
+
+/// Default of `overlap_score_credit`: a cached block saves one block of prefill.
+pub const DEFAULT_OVERLAP_SCORE_CREDIT: f64 = 1.0;
+/// Default of `prefill_load_scale`.
+pub const DEFAULT_PREFILL_LOAD_SCALE: f64 = 1.0;
+/// Default of `decode_active_request_weight`: active requests do not count beyond their blocks.
+pub const DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT: f64 = 0.0;
+
+/// The cost of booking a request on a worker; lower is better.
+///
+/// ```text
+/// credit  = overlap_score_credit * overlap
+/// prefill = (active_prefill_tokens + prompt_tokens) / block_size
+/// cost    = prefill_load_scale * max(prefill - credit, 0)
+///         + active_blocks
+///         + decode_active_request_weight * active_requests
+/// ```
+/// `overlap` is the worker's cached prefix in blocks, plus, under `kvcr`, the shared-cache
+/// credit for blocks a peer can supply.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    overlap_score_credit: f64,
+    prefill_load_scale: f64,
+    decode_active_request_weight: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self {
+            overlap_score_credit: DEFAULT_OVERLAP_SCORE_CREDIT,
+            prefill_load_scale: DEFAULT_PREFILL_LOAD_SCALE,
+            decode_active_request_weight: DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT,
+        }
+    }
+}
+
+impl CostModel {
+    /// A cost model with the given weights, each a finite number ≥ 0.
+    pub fn new(
+        overlap_score_credit: f64,
+        prefill_load_scale: f64,
+        decode_active_request_weight: f64,
+    ) -> Result<Self, InvalidParameter> {
+        Ok(Self {
+            overlap_score_credit: non_negative("overlap_score_credit", overlap_score_credit)?,
+            prefill_load_scale: non_negative("prefill_load_scale", prefill_load_scale)?,
+            decode_active_request_weight: non_negative(
+                "decode_active_request_weight",
+                decode_active_request_weight,
+            )?,
+        })
+    }
+
+    /// The cost of a worker with `load` that would serve `overlap` blocks of a `prompt_tokens`
+    /// prompt from cache, with `block_size` tokens per block (not 0: see [`check_block_size`]).
+    pub fn cost(
+        &self,
+        load: &WorkerLoad,
+        overlap: f64,
+        prompt_tokens: usize,
+        block_size: u32,
+    ) -> f64 {
+        let credit = self.overlap_score_credit * overlap;
+        let prefill =
+            (load.active_prefill_tokens as f64 + prompt_tokens as f64) / f64::from(block_size);
+        self.prefill_load_scale * (prefill - credit).max(0.0)
+            + load.active_blocks as f64
+            + self.decode_active_request_weight * load.active_requests as f64
+    }
+
+    /// The cost of every candidate of `request`, in candidate order, with `overlap` giving each
+    /// candidate's overlap in blocks.
+    pub fn costs(
+        &self,
+        request: &RequestView<'_>,
+        overlap: impl Fn(usize, &Candidate) -> f64,
+    ) -> Result<Vec<f64>, PolicyError> {
+        let block_size = check_block_size(request.block_size)?;
+        Ok(request
+            .candidates
+            .iter()
+            .enumerate()
+            .map(|(index, candidate)| {
+                self.cost(
+                    &candidate.load,
+                    overlap(index, candidate),
+                    request.prompt_tokens,
+                    block_size,
+                )
+            })
+            .collect())
+    }
+}
+
+/// The error for a booking with no candidate (the router never asks for one).
+pub fn no_candidates() -> PolicyError {
+    PolicyError::new("no candidate workers to choose from; register a worker for the role")
+}
+
+/// Rejects a zero block size, which would make every prefill cost infinite.
+pub fn check_block_size(block_size: u32) -> Result<u32, PolicyError> {
+    if block_size == 0 {
+        Err(PolicyError::new(
+            "the request's block_size is 0; configure a block_size of at least 1 token",
+        ))
+    } else {
+        Ok(block_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(prefill: u64, blocks: u64, requests: u64) -> WorkerLoad {
+        WorkerLoad {
+            active_prefill_tokens: prefill,
+            active_blocks: blocks,
+            active_requests: requests,
+        }
+    }
+
+    #[test]
+    fn default_weights_follow_the_formula() {
+        let model = CostModel::default();
+        // (32 + 64) / 16 = 6 blocks of prefill, 2 cached: 4 + 10 active blocks.
+        assert_eq!(model.cost(&load(32, 10, 3), 2.0, 64, 16), 14.0);
+        // Credit beyond the prefill clamps at zero.
+        assert_eq!(model.cost(&load(0, 5, 1), 9.0, 64, 16), 5.0);
+    }
+
+    #[test]
+    fn weights_scale_each_term() {
+        let model = CostModel::new(0.5, 2.0, 1.5).unwrap();
+        // prefill 6, credit 0.5 * 2 = 1 → 2 * 5 = 10; + 10 blocks; + 1.5 * 3 requests.
+        assert_eq!(model.cost(&load(32, 10, 3), 2.0, 64, 16), 24.5);
+    }
+
+    #[test]
+    fn rejects_negative_and_non_finite_weights() {
+        let error = CostModel::new(1.0, -1.0, 0.0).unwrap_err();
+        assert_eq!(error.field, "prefill_load_scale");
+        let error = CostModel::new(f64::NAN, 1.0, 0.0).unwrap_err();
+        assert_eq!(error.field, "overlap_score_credit");
+        let error = CostModel::new(1.0, 1.0, f64::INFINITY).unwrap_err();
+        assert_eq!(error.field, "decode_active_request_weight");
+    }
+
+    #[test]
+    fn zero_block_size_is_an_error_not_a_panic() {
+        assert!(check_block_size(0).is_err());
+        assert_eq!(check_block_size(16).unwrap(), 16);
+    }
+}

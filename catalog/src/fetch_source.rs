@@ -1,0 +1,155 @@
+//! Which peer a worker fetches KV from: the eligible peer with the longest cached prefix.
+
+use dynamo_kv_router::plugins::{Candidate, RequestView};
+use dynamo_kv_router::router::WorkerId;
+use std::cmp::Reverse;
+
+/// The two best fetch sources among a booking's candidates, so that the best source for any one
+/// of them is found in constant time.
+///
+/// A source is **eligible** for a worker when it is another worker of the same role (every
+/// candidate is of the booking's role) that advertises `router_hint` with a non-empty source
+/// endpoint ([`Candidate::is_fetch_source_for`]). The **best** eligible source has the longest
+/// cached prefix; ties go to the smaller `(worker_id, dp_rank)`.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceRanking<'a> {
+    first: Option<&'a Candidate>,
+    second: Option<&'a Candidate>,
+}
+
+impl<'a> SourceRanking<'a> {
+    /// Ranks the candidates that can serve as a source for some other worker.
+    pub fn new(candidates: &'a [Candidate]) -> Self {
+        let mut ranking = Self {
+            first: None,
+            second: None,
+        };
+        for candidate in candidates.iter().filter(|c| offers_source(c)) {
+            if ranking
+                .first
+                .is_none_or(|first| key(candidate) < key(first))
+            {
+                ranking.second = ranking.first;
+                ranking.first = Some(candidate);
+            } else if ranking
+                .second
+                .is_none_or(|second| key(candidate) < key(second))
+            {
+                ranking.second = Some(candidate);
+            }
+        }
+        ranking
+    }
+
+    /// The best eligible source for a booking on `booked`, if any peer is eligible.
+    pub fn best_for(&self, booked: WorkerId) -> Option<&'a Candidate> {
+        [self.first, self.second]
+            .into_iter()
+            .flatten()
+            .find(|candidate| candidate.is_fetch_source_for(booked))
+    }
+}
+
+/// Sort key: longest prefix first, then the smaller worker id.
+fn key(candidate: &Candidate) -> (Reverse<usize>, WorkerId) {
+    (Reverse(candidate.cached_blocks), candidate.worker)
+}
+
+/// Whether `candidate` is an eligible source for workers other than itself.
+fn offers_source(candidate: &Candidate) -> bool {
+    // Any id other than the candidate's own asks only about its capabilities.
+    let other = WorkerId::new(
+        candidate.worker.worker_id.wrapping_add(1),
+        candidate.worker.dp_rank,
+    );
+    candidate.is_fetch_source_for(other)
+}
+
+/// The engine block hashes `source` reported for the request's blocks `first..end`, stopping at
+/// the first block whose engine hash the index does not know: a fetch can only name blocks the
+/// source can identify, and blocks after a gap are useless without the gap.
+pub fn known_leading_hashes(
+    request: &RequestView<'_>,
+    source: WorkerId,
+    first: usize,
+    end: usize,
+) -> Vec<u64> {
+    let end = end.min(request.sequence_hashes.len());
+    request
+        .sequence_hashes
+        .get(first..end)
+        .unwrap_or_default()
+        .iter()
+        .map_while(|hash| request.blocks.engine_block_hash(source, *hash))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{Cluster, worker};
+
+    fn brute_force(candidates: &[Candidate], booked: WorkerId) -> Option<WorkerId> {
+        candidates
+            .iter()
+            .filter(|c| c.is_fetch_source_for(booked))
+            .min_by_key(|c| key(c))
+            .map(|c| c.worker)
+    }
+
+    #[test]
+    fn best_source_matches_a_brute_force_search() {
+        let mut cluster = Cluster::new(8);
+        cluster.add(1, 5).hint("tcp://a");
+        cluster.add(2, 7).hint("tcp://b");
+        cluster.add(3, 7).hint("tcp://c");
+        cluster.add(4, 9); // no router_hint
+        cluster.add(5, 9).hint(""); // empty endpoint
+        cluster.add(6, 9).hint_without_endpoint();
+        cluster.add(7, 0);
+        let candidates = cluster.candidates();
+        let ranking = SourceRanking::new(&candidates);
+        for candidate in &candidates {
+            assert_eq!(
+                ranking.best_for(candidate.worker).map(|c| c.worker),
+                brute_force(&candidates, candidate.worker),
+                "booked {}",
+                candidate.worker
+            );
+        }
+        // Ties on length go to the smaller id; a worker is never its own source.
+        assert_eq!(ranking.best_for(worker(1)).unwrap().worker, worker(2));
+        assert_eq!(ranking.best_for(worker(2)).unwrap().worker, worker(3));
+    }
+
+    #[test]
+    fn no_eligible_peer_means_no_source() {
+        let mut cluster = Cluster::new(4);
+        cluster.add(1, 4).hint("tcp://only");
+        cluster.add(2, 0);
+        let candidates = cluster.candidates();
+        let ranking = SourceRanking::new(&candidates);
+        assert!(ranking.best_for(worker(1)).is_none());
+        assert_eq!(ranking.best_for(worker(2)).unwrap().worker, worker(1));
+    }
+
+    #[test]
+    fn leading_hashes_stop_at_the_first_unknown_block() {
+        let mut cluster = Cluster::new(6);
+        cluster.add(1, 6).hint("tcp://a");
+        cluster.forget(1, 4);
+        cluster.with_view(|view| {
+            assert_eq!(
+                known_leading_hashes(view, worker(1), 1, 6),
+                cluster.engine_hashes(1, 1..4)
+            );
+            assert_eq!(
+                known_leading_hashes(view, worker(1), 4, 6),
+                Vec::<u64>::new()
+            );
+            // Ranges past the prompt are clamped.
+            assert_eq!(known_leading_hashes(view, worker(1), 2, 99).len(), 2);
+            assert!(known_leading_hashes(view, worker(1), 9, 99).is_empty());
+        });
+    }
+}

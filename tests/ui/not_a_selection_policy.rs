@@ -1,0 +1,15 @@
+use dynamo_kv_router::plugins::prelude::*;
+
+#[worker_selection_policy("my_prefetch")]
+#[derive(Deserialize)]
+pub struct Prefetch {
+    pub max_blocks: usize,
+}
+
+impl HintPolicy for Prefetch {
+    fn build_hints(&self, _: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError> {
+        Ok(Vec::new())
+    }
+}
+
+fn main() {}
