@@ -1,0 +1,23 @@
+//! The command line: one subcommand per file of this crate.
+
+use crate::catalog::CatalogArgs;
+use crate::check::CheckArgs;
+use clap::{Parser, Subcommand};
+
+/// A KV-aware request router with worker-selection and hint-policy plugins.
+#[derive(Debug, Parser)]
+#[command(name = "kv-router", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands; each lives in the file of the same name.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the policies linked into this build, or describe one.
+    Catalog(CatalogArgs),
+    /// Check a configuration file: the policies each role runs, or the first mistake.
+    Check(CheckArgs),
+}

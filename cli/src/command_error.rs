@@ -1,0 +1,21 @@
+//! Why a subcommand failed, already worded for people.
+
+/// A subcommand's failure; its message is what the user sees on standard error.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The configuration is invalid: the rendered error with its snippet.
+    #[error("{rendered}")]
+    Config {
+        /// The error rendered with the file's snippet and caret.
+        rendered: String,
+    },
+    /// No linked policy has the name asked for.
+    #[error("error: {message}\n")]
+    UnknownPolicy {
+        /// What was asked and what is linked.
+        message: String,
+    },
+    /// The output could not be written.
+    #[error("error: cannot write the output: {0}\n")]
+    Output(#[from] std::io::Error),
+}

@@ -1,0 +1,91 @@
+//! The command-line router build as a library, so that a router build with extra catalogs is a
+//! few lines:
+//!
+//! ```no_run
+//! // use my_catalog as _;   // linking a catalog registers its policies
+//! fn main() -> std::process::ExitCode {
+//!     kv_router::run()
+//! }
+//! ```
+
+pub mod catalog;
+pub mod check;
+pub mod command;
+pub mod command_error;
+
+use clap::Parser;
+use command::{Cli, Command};
+use dynamo_kv_router::plugins::PolicyRegistry;
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+// Linking the built-in catalog registers its policies in every build made from this crate.
+use dynamo_router_catalog as _;
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: the linked policies are inconsistent (a build problem, not an input problem).
+pub const EXIT_BUILD_PROBLEM: u8 = 1;
+/// Exit status: the input is wrong (a command line, a configuration, an unknown policy name).
+pub const EXIT_INVALID_INPUT: u8 = 2;
+
+/// Runs the command line of this process with every policy linked into the binary.
+pub fn run() -> ExitCode {
+    match PolicyRegistry::linked() {
+        Ok(registry) => run_with_registry(&registry),
+        Err(error) => {
+            eprintln!("error: the policies linked into this build are inconsistent: {error}");
+            ExitCode::from(EXIT_BUILD_PROBLEM)
+        }
+    }
+}
+
+/// Runs the command line of this process with `registry` (for builds that also register
+/// policies by hand).
+pub fn run_with_registry(registry: &PolicyRegistry) -> ExitCode {
+    let code = run_args(
+        std::env::args_os(),
+        registry,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    );
+    ExitCode::from(code)
+}
+
+/// Runs the command line `args` (program name first) with `registry`, writing to `out` and
+/// `err`; returns the exit status.
+pub fn run_args<I, T>(
+    args: I,
+    registry: &PolicyRegistry,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let _ = if error.use_stderr() {
+                write!(err, "{rendered}")
+            } else {
+                write!(out, "{rendered}")
+            };
+            return u8::try_from(error.exit_code()).unwrap_or(EXIT_INVALID_INPUT);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Catalog(args) => catalog::run(&args, registry, out),
+        Command::Check(args) => check::run(&args, registry, out),
+    };
+    match outcome {
+        Ok(()) => EXIT_OK,
+        Err(failure) => {
+            let _ = write!(err, "{failure}");
+            EXIT_INVALID_INPUT
+        }
+    }
+}

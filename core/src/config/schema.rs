@@ -1,0 +1,242 @@
+//! The YAML schema of a router configuration, as parsed, with the position of every entry.
+//!
+//! ```yaml
+//! router_mode: kv            # kv | round-robin | random | least-loaded
+//! block_size: 16             # tokens per KV block
+//! worker_selection:
+//!   decode:
+//!     type: kvcr
+//!     parameters: {shared_cache_multiplier: 0.5}
+//!     hints:
+//!       - type: kv_fetch
+//!         parameters: {min_additional_blocks: 4}
+//!   prefill: dynamo-default-cost-fn
+//! ```
+
+use super::parameter_tree::ParameterNode;
+use super::position::Position;
+use crate::router::worker::Role;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+use std::fmt;
+
+/// A value and the position where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Located<T> {
+    /// Where the value starts.
+    pub position: Position,
+    /// The value.
+    pub value: T,
+}
+
+impl<T> Located<T> {
+    fn from_spanned(spanned: Spanned<T>) -> Self {
+        Self {
+            position: Position::of(&spanned.referenced),
+            value: spanned.value,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Spanned::<T>::deserialize(deserializer).map(Located::from_spanned)
+    }
+}
+
+/// A key that, when present, must hold a value (an empty value is an error, not "absent").
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a router configuration: a mapping with `router_mode`, `block_size` and `worker_selection`"
+)]
+pub struct RouterConfig {
+    /// `kv` (default), `round-robin`, `random` or `least-loaded`.
+    #[serde(default, deserialize_with = "present")]
+    pub router_mode: Option<Located<String>>,
+    /// Tokens per KV block (default 16).
+    #[serde(default, deserialize_with = "present")]
+    pub block_size: Option<Located<u32>>,
+    /// The per-role policies.
+    #[serde(default, deserialize_with = "present")]
+    pub worker_selection: Option<Located<WorkerSelectionConfig>>,
+}
+
+/// The `worker_selection` mapping: one optional entry per role.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping from roles (`aggregated`, `prefill`, `decode`) to worker-selection entries"
+)]
+pub struct WorkerSelectionConfig {
+    /// The `aggregated` role.
+    #[serde(default, deserialize_with = "present")]
+    pub aggregated: Option<Located<RoleEntry>>,
+    /// The `prefill` role.
+    #[serde(default, deserialize_with = "present")]
+    pub prefill: Option<Located<RoleEntry>>,
+    /// The `decode` role.
+    #[serde(default, deserialize_with = "present")]
+    pub decode: Option<Located<RoleEntry>>,
+}
+
+impl WorkerSelectionConfig {
+    /// The configured roles, in the order they appear in the file.
+    pub fn roles(&self) -> Vec<(Role, &Located<RoleEntry>)> {
+        let mut roles: Vec<_> = [
+            (Role::Aggregated, &self.aggregated),
+            (Role::Prefill, &self.prefill),
+            (Role::Decode, &self.decode),
+        ]
+        .into_iter()
+        .filter_map(|(role, entry)| entry.as_ref().map(|entry| (role, entry)))
+        .collect();
+        roles.sort_by_key(|(role, entry)| (entry.position, *role));
+        roles
+    }
+}
+
+/// One role's entry: a bare type (`prefill: dynamo-default-cost-fn`) or a mapping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleEntry {
+    /// The worker-selection policy type; for the bare form, positioned at the entry.
+    pub policy_type: Located<String>,
+    /// The selection policy's `parameters`, if the key is present.
+    pub parameters: Option<ParameterNode>,
+    /// The `hints` list, if the key is present (absent: the registered defaults run).
+    pub hints: Option<Located<Vec<Located<HintEntry>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a worker-selection entry: a policy type, or a mapping with `type` and optional `parameters` and `hints`"
+)]
+struct RoleEntryMapping {
+    #[serde(rename = "type")]
+    policy_type: Located<String>,
+    #[serde(default)]
+    parameters: Option<ParameterNode>,
+    #[serde(default, deserialize_with = "present")]
+    hints: Option<Located<Vec<Located<HintEntry>>>>,
+}
+
+impl<'de> Deserialize<'de> for RoleEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RoleEntryVisitor)
+    }
+}
+
+struct RoleEntryVisitor;
+
+impl<'de> Visitor<'de> for RoleEntryVisitor {
+    type Value = RoleEntry;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a worker-selection entry: a policy type (`prefill: dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters` and `hints`",
+        )
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(RoleEntry {
+            // The caller's `Located` wrapper knows the position; it is filled in there.
+            policy_type: Located {
+                position: Position::UNKNOWN,
+                value: value.to_owned(),
+            },
+            parameters: None,
+            hints: None,
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mapping = RoleEntryMapping::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(RoleEntry {
+            policy_type: mapping.policy_type,
+            parameters: mapping.parameters,
+            hints: mapping.hints,
+        })
+    }
+}
+
+/// One item of a role's `hints` list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HintEntry {
+    /// The hint policy type.
+    pub policy_type: Located<String>,
+    /// The hint policy's `parameters`, if the key is present.
+    pub parameters: Option<ParameterNode>,
+    /// The entry's name, needed when the role lists the type more than once.
+    pub name: Option<Located<String>>,
+}
+
+const HINT_ENTRY_EXPECTED: &str =
+    "a hint entry: a mapping with `type` and optional `parameters` and `name` (`- type: kv_fetch`)";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a hint entry")]
+struct HintEntryMapping {
+    #[serde(rename = "type")]
+    policy_type: Located<String>,
+    #[serde(default)]
+    parameters: Option<ParameterNode>,
+    #[serde(default, deserialize_with = "present")]
+    name: Option<Located<String>>,
+}
+
+impl<'de> Deserialize<'de> for HintEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(HintEntryVisitor)
+    }
+}
+
+/// Accepts only a mapping, so that `- kv_fetch` is reported as a hint entry of the wrong shape.
+struct HintEntryVisitor;
+
+impl<'de> Visitor<'de> for HintEntryVisitor {
+    type Value = HintEntry;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(HINT_ENTRY_EXPECTED)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mapping = HintEntryMapping::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(HintEntry {
+            policy_type: mapping.policy_type,
+            parameters: mapping.parameters,
+            name: mapping.name,
+        })
+    }
+}
+
+/// Gives a bare role entry's type the position of the entry itself.
+pub(super) fn locate_bare_types(config: &mut RouterConfig) {
+    let Some(selection) = config.worker_selection.as_mut() else {
+        return;
+    };
+    let selection = &mut selection.value;
+    for entry in [
+        &mut selection.aggregated,
+        &mut selection.prefill,
+        &mut selection.decode,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !entry.value.policy_type.position.is_known() {
+            entry.value.policy_type.position = entry.position;
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Turns a parsed configuration and a policy registry into a [`RouterSetup`]: every startup
+//! check, and each policy constructed once per role.
+
+use super::error::{ConfigError, ConfigProblem};
+use super::parameter_tree::{ParameterNode, ParameterValue};
+use super::position::Position;
+use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
+use crate::plugins::name;
+use crate::plugins::registry::{ConstructError, ConstructedHintPolicy};
+use crate::plugins::{Commitments, Partition, PolicyEntry, PolicyParameters, PolicyRegistry};
+use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
+use crate::router::worker::Role;
+use std::collections::{BTreeMap, HashMap};
+
+/// Tokens per KV block when the configuration has no `block_size`.
+pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+
+/// Settings given outside the file that take precedence over it, such as `--router-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigOverrides {
+    /// Replaces the file's `router_mode` before any check runs.
+    pub router_mode: Option<RouterMode>,
+}
+
+/// Checks `config` (read from the file named `file`) against the rules of the configuration
+/// and builds every role's policies from `registry`. The first violated rule, in file order,
+/// is the error.
+pub fn build_setup(
+    file: &str,
+    config: &RouterConfig,
+    registry: &PolicyRegistry,
+    overrides: &ConfigOverrides,
+) -> Result<RouterSetup, ConfigError> {
+    let fail = |position, problem| ConfigError::new(file, position, None, problem);
+    let file_mode = match &config.router_mode {
+        Some(mode) => Some(mode.value.parse::<RouterMode>().map_err(|_| {
+            fail(
+                mode.position,
+                ConfigProblem::UnknownRouterMode {
+                    value: mode.value.clone(),
+                },
+            )
+        })?),
+        None => None,
+    };
+    let router_mode = overrides.router_mode.or(file_mode).unwrap_or_default();
+    let block_size = match &config.block_size {
+        Some(size) if size.value == 0 => {
+            return Err(fail(size.position, ConfigProblem::ZeroBlockSize));
+        }
+        Some(size) => size.value,
+        None => DEFAULT_BLOCK_SIZE,
+    };
+    let builder = Builder {
+        file,
+        registry,
+        router_mode,
+        block_size,
+    };
+    let mut roles = BTreeMap::new();
+    if let Some(selection) = &config.worker_selection {
+        for (role, entry) in selection.value.roles() {
+            roles.insert(role, builder.role(role, entry)?);
+        }
+    }
+    if roles.is_empty() && router_mode == RouterMode::Kv {
+        let position = config
+            .worker_selection
+            .as_ref()
+            .map_or(Position::new(1, 1), |selection| selection.position);
+        return Err(fail(position, ConfigProblem::NoRoles));
+    }
+    Ok(RouterSetup {
+        router_mode,
+        block_size,
+        roles,
+    })
+}
+
+struct Builder<'a> {
+    file: &'a str,
+    registry: &'a PolicyRegistry,
+    router_mode: RouterMode,
+    block_size: u32,
+}
+
+impl Builder<'_> {
+    fn error(&self, position: Position, role: Role, problem: ConfigProblem) -> ConfigError {
+        ConfigError::new(self.file, position, Some(role), problem)
+    }
+
+    fn role(&self, role: Role, entry: &Located<RoleEntry>) -> Result<RolePolicies, ConfigError> {
+        let path = format!("worker_selection.{role}");
+        let entry_value = &entry.value;
+        let partition = Partition {
+            role,
+            block_size: self.block_size,
+        };
+        let policy_type = &entry_value.policy_type;
+        let type_path = if entry_value.policy_type.position == entry.position {
+            path.clone()
+        } else {
+            format!("{path}.type")
+        };
+        let selection_entry = self
+            .registry
+            .worker_selection_policy(&policy_type.value)
+            .map_err(|source| {
+                self.error(
+                    policy_type.position,
+                    role,
+                    ConfigProblem::UnknownPolicy {
+                        path: type_path.clone(),
+                        source,
+                    },
+                )
+            })?;
+        let parameters_path = format!("{path}.parameters");
+        let parameters =
+            self.parameters(role, &parameters_path, entry_value.parameters.as_ref())?;
+        let selection = selection_entry
+            .construct_worker_selection(parameters, &partition)
+            .map_err(|error| {
+                self.construct_error(
+                    role,
+                    error,
+                    Site {
+                        type_path: &type_path,
+                        parameters_path: &parameters_path,
+                        parameters: entry_value.parameters.as_ref(),
+                        fallback: policy_type.position,
+                        policy: selection_entry,
+                    },
+                )
+            })?;
+        tracing::debug!(%role, policy = %policy_type.value, commitments = %selection.commitments, "constructed the worker-selection policy");
+
+        let hints = match &entry_value.hints {
+            Some(list) => self.listed_hints(role, &path, list, &partition)?,
+            None if self.router_mode == RouterMode::Kv => {
+                self.default_hints(role, &path, entry, &partition)?
+            }
+            None => Vec::new(),
+        };
+
+        if self.router_mode == RouterMode::Kv
+            && selection.commitments.contains(Commitments::KV_COPY)
+        {
+            let senders: Vec<&RoleHint> = hints
+                .iter()
+                .filter(|hint| hint.policy.commitments.contains(Commitments::KV_COPY))
+                .collect();
+            let (position, site_path) = match &entry_value.hints {
+                Some(list) => (list.position, format!("{path}.hints")),
+                None => (entry.position, path.clone()),
+            };
+            if senders.is_empty() {
+                return Err(self.error(
+                    position,
+                    role,
+                    ConfigProblem::MissingKvCopySender {
+                        path: site_path,
+                        selection: policy_type.value.clone(),
+                        available: self.kv_copy_senders(),
+                    },
+                ));
+            }
+            if senders.len() > 1 {
+                return Err(self.error(
+                    position,
+                    role,
+                    ConfigProblem::SeveralKvCopySenders {
+                        path: site_path,
+                        selection: policy_type.value.clone(),
+                        count: senders.len(),
+                        senders: senders
+                            .iter()
+                            .map(|hint| format!("`{}`", hint.label()))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    },
+                ));
+            }
+        }
+
+        Ok(RolePolicies {
+            selection_type: policy_type.value.clone(),
+            selection,
+            hints,
+        })
+    }
+
+    fn kv_copy_senders(&self) -> String {
+        let senders: Vec<String> = self
+            .registry
+            .entries()
+            .filter(|entry| {
+                entry.kind == crate::plugins::PolicyKind::Hint
+                    && entry.commitments.contains(Commitments::KV_COPY)
+            })
+            .map(|entry| format!("`{}`", entry.name))
+            .collect();
+        if senders.is_empty() {
+            "no linked hint policy declares KV_COPY: link one, such as `kv_fetch`".to_owned()
+        } else {
+            format!("linked: {}", senders.join(", "))
+        }
+    }
+
+    fn listed_hints(
+        &self,
+        role: Role,
+        path: &str,
+        list: &Located<Vec<Located<HintEntry>>>,
+        partition: &Partition,
+    ) -> Result<Vec<RoleHint>, ConfigError> {
+        if self.router_mode != RouterMode::Kv && !list.value.is_empty() {
+            let count = list.value.len();
+            return Err(self.error(
+                list.position,
+                role,
+                ConfigProblem::HintsOutsideKvMode {
+                    path: format!("{path}.hints"),
+                    count,
+                    policies: if count == 1 {
+                        "policy is"
+                    } else {
+                        "policies are"
+                    },
+                    mode: self.router_mode,
+                },
+            ));
+        }
+        let mut type_counts: HashMap<&str, usize> = HashMap::new();
+        for item in &list.value {
+            *type_counts
+                .entry(item.value.policy_type.value.as_str())
+                .or_default() += 1;
+        }
+        let mut labels: Vec<(&str, String)> = Vec::new();
+        let mut hints = Vec::with_capacity(list.value.len());
+        for (index, item) in list.value.iter().enumerate() {
+            let entry_path = format!("{path}.hints[{index}]");
+            let hint = &item.value;
+            let policy_type = &hint.policy_type;
+            let type_path = format!("{entry_path}.type");
+            let policy = self
+                .registry
+                .hint_policy(&policy_type.value)
+                .map_err(|source| {
+                    self.error(
+                        policy_type.position,
+                        role,
+                        ConfigProblem::UnknownPolicy {
+                            path: type_path.clone(),
+                            source,
+                        },
+                    )
+                })?;
+            let (label, label_position) = match &hint.name {
+                Some(name) => {
+                    name::check_syntax(&name.value).map_err(|problem| {
+                        self.error(
+                            name.position,
+                            role,
+                            ConfigProblem::MalformedHintName {
+                                path: format!("{entry_path}.name"),
+                                name: name.value.clone(),
+                                problem,
+                            },
+                        )
+                    })?;
+                    (name.value.as_str(), name.position)
+                }
+                None => {
+                    let count = type_counts
+                        .get(policy_type.value.as_str())
+                        .copied()
+                        .unwrap_or(1);
+                    if count > 1 {
+                        return Err(self.error(
+                            item.position,
+                            role,
+                            ConfigProblem::UnnamedRepeatedHint {
+                                path: entry_path,
+                                policy: policy_type.value.clone(),
+                                count,
+                            },
+                        ));
+                    }
+                    (policy_type.value.as_str(), item.position)
+                }
+            };
+            if let Some((_, other)) = labels.iter().find(|(existing, _)| *existing == label) {
+                return Err(self.error(
+                    label_position,
+                    role,
+                    ConfigProblem::DuplicateHintName {
+                        path: entry_path,
+                        name: label.to_owned(),
+                        other: other.clone(),
+                    },
+                ));
+            }
+            labels.push((label, entry_path.clone()));
+
+            let parameters_path = format!("{entry_path}.parameters");
+            let parameters = self.parameters(role, &parameters_path, hint.parameters.as_ref())?;
+            let constructed = policy
+                .construct_hint(parameters, partition)
+                .map_err(|error| {
+                    self.construct_error(
+                        role,
+                        error,
+                        Site {
+                            type_path: &type_path,
+                            parameters_path: &parameters_path,
+                            parameters: hint.parameters.as_ref(),
+                            fallback: item.position,
+                            policy,
+                        },
+                    )
+                })?;
+            hints.push(self.role_hint(role, policy, hint.name.as_ref(), HintOrigin::Listed, constructed));
+        }
+        Ok(hints)
+    }
+
+    fn default_hints(
+        &self,
+        role: Role,
+        path: &str,
+        entry: &Located<RoleEntry>,
+        partition: &Partition,
+    ) -> Result<Vec<RoleHint>, ConfigError> {
+        let selection_type = entry.value.policy_type.value.as_str();
+        let mut hints = Vec::new();
+        for policy in self.registry.default_hint_policies(selection_type) {
+            let constructed = policy
+                .construct_hint(PolicyParameters::empty(), partition)
+                .map_err(|error| {
+                    let problem = match error {
+                        ConstructError::Parameters(error) => ConfigProblem::DefaultHintRejected {
+                            path: path.to_owned(),
+                            policy: policy.name.clone(),
+                            selection: selection_type.to_owned(),
+                            error,
+                        },
+                        ConstructError::WrongKind(source) => ConfigProblem::UnknownPolicy {
+                            path: path.to_owned(),
+                            source,
+                        },
+                    };
+                    self.error(entry.position, role, problem)
+                })?;
+            hints.push(self.role_hint(role, policy, None, HintOrigin::Default, constructed));
+        }
+        Ok(hints)
+    }
+
+    fn role_hint(
+        &self,
+        role: Role,
+        policy: &PolicyEntry,
+        name: Option<&Located<String>>,
+        origin: HintOrigin,
+        constructed: ConstructedHintPolicy,
+    ) -> RoleHint {
+        tracing::debug!(%role, policy = %policy.name, ?origin, commitments = %constructed.commitments, "constructed a hint policy");
+        RoleHint {
+            policy_type: policy.name.clone(),
+            name: name.map(|name| name.value.clone()),
+            origin,
+            policy: constructed,
+        }
+    }
+
+    /// The entry's parameters for its provider; `parameters` must be a mapping (or empty).
+    fn parameters(
+        &self,
+        role: Role,
+        path: &str,
+        node: Option<&ParameterNode>,
+    ) -> Result<PolicyParameters, ConfigError> {
+        let Some(node) = node else {
+            return Ok(PolicyParameters::empty());
+        };
+        match &node.value {
+            ParameterValue::Mapping(_) => Ok(PolicyParameters::new(node.to_json())),
+            ParameterValue::Null => Ok(PolicyParameters::empty()),
+            other => Err(self.error(
+                node.position,
+                role,
+                ConfigProblem::ParametersNotMapping {
+                    path: path.to_owned(),
+                    found: other.kind(),
+                },
+            )),
+        }
+    }
+
+    fn construct_error(&self, role: Role, error: ConstructError, site: Site<'_>) -> ConfigError {
+        match error {
+            ConstructError::Parameters(error) => {
+                let position = site
+                    .parameters
+                    .map_or(site.fallback, |node| node.position_of(error.path()));
+                self.error(
+                    position,
+                    role,
+                    ConfigProblem::Parameters {
+                        error: error.under(site.parameters_path),
+                        policy: site.policy.name.clone(),
+                    },
+                )
+            }
+            ConstructError::WrongKind(source) => self.error(
+                site.fallback,
+                role,
+                ConfigProblem::UnknownPolicy {
+                    path: site.type_path.to_owned(),
+                    source,
+                },
+            ),
+        }
+    }
+}
+
+/// Where a policy entry sits, for its construction errors.
+struct Site<'a> {
+    type_path: &'a str,
+    parameters_path: &'a str,
+    parameters: Option<&'a ParameterNode>,
+    fallback: Position,
+    policy: &'a PolicyEntry,
+}
