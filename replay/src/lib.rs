@@ -7,6 +7,7 @@
 //! measured, never assumed.
 
 pub mod block_cache;
+pub mod builtin_config;
 pub mod cluster;
 pub mod compare;
 pub mod engine_block;
@@ -21,6 +22,9 @@ pub mod synthetic;
 pub mod trace;
 pub mod workload;
 
+pub use builtin_config::{
+    BUILTIN_CONFIGS, ConfigLoadError, builtin_configs, load_config_file, load_config_text,
+};
 pub use cluster::{ClusterConfig, ClusterError, ResolvedCluster};
 pub use compare::{ReplayConfig, ReplayError, ReplayOptions, compare};
 pub use outcome::{BookingRecord, SimulationResult, StageOutcome};
