@@ -134,6 +134,70 @@ impl BlockCache {
         true
     }
 
+    /// Holds every block of `keys` (a prompt's chain), ordered so that the chain's first block is
+    /// the most recently used and its last the least: a prompt's tail is evicted before its
+    /// shared prefix. Sets `new[i]` when `keys[i]` was not held; evicted blocks are appended to
+    /// `evicted`. Blocks past the capacity are not stored. `slots` is scratch space.
+    ///
+    /// Only the blocks of other chains are evicted, one hash lookup per held block and one
+    /// insert per new block.
+    pub fn store_chain(
+        &mut self,
+        keys: &[u64],
+        new: &mut Vec<bool>,
+        evicted: &mut Vec<u64>,
+        slots: &mut Vec<u32>,
+    ) {
+        let keys = &keys[..keys.len().min(self.capacity)];
+        new.clear();
+        new.resize(keys.len(), false);
+        slots.clear();
+        slots.resize(keys.len(), NIL);
+        // Held blocks move to the front, the first block foremost.
+        for (index, key) in keys.iter().enumerate().rev() {
+            if let Some(&slot) = self.slots.get(key) {
+                self.unlink(slot);
+                self.push_front(slot);
+                slots[index] = slot;
+            }
+        }
+        // New blocks go right behind their predecessor. The front segment holds fewer than
+        // `capacity` of this chain's blocks, so the victim at the tail is never one of them.
+        let mut previous = NIL;
+        for (index, key) in keys.iter().enumerate() {
+            if slots[index] != NIL {
+                previous = slots[index];
+                continue;
+            }
+            new[index] = true;
+            let slot = if self.slots.len() >= self.capacity {
+                let victim = self.tail;
+                self.unlink(victim);
+                let old = self.nodes[victim as usize].key;
+                self.slots.remove(&old);
+                evicted.push(old);
+                victim
+            } else if let Some(slot) = self.free.pop() {
+                slot
+            } else {
+                self.nodes.push(Node {
+                    key: *key,
+                    prev: NIL,
+                    next: NIL,
+                });
+                (self.nodes.len() - 1) as u32
+            };
+            self.nodes[slot as usize].key = *key;
+            self.slots.insert(*key, slot);
+            if previous == NIL {
+                self.push_front(slot);
+            } else {
+                self.link_after(previous, slot);
+            }
+            previous = slot;
+        }
+    }
+
     /// Drops the block; returns whether it was held.
     pub fn remove(&mut self, key: u64) -> bool {
         match self.slots.remove(&key) {
@@ -169,6 +233,21 @@ impl BlockCache {
             self.tail = prev;
         } else {
             self.nodes[next as usize].prev = prev;
+        }
+    }
+
+    fn link_after(&mut self, anchor: u32, slot: u32) {
+        let next = self.nodes[anchor as usize].next;
+        {
+            let node = &mut self.nodes[slot as usize];
+            node.prev = anchor;
+            node.next = next;
+        }
+        self.nodes[anchor as usize].next = slot;
+        if next == NIL {
+            self.tail = slot;
+        } else {
+            self.nodes[next as usize].prev = slot;
         }
     }
 
@@ -239,6 +318,33 @@ mod tests {
         let mut evicted = Vec::new();
         cache.insert(22, |k| evicted.push(k));
         assert_eq!(evicted, vec![10]);
+    }
+
+    #[test]
+    fn store_chain_keeps_the_prefix_most_recent_and_evicts_other_chains_only() {
+        let mut cache = BlockCache::new(6);
+        let (mut new, mut evicted, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        cache.store_chain(&[1, 2, 3], &mut new, &mut evicted, &mut slots);
+        assert_eq!(new, vec![true, true, true]);
+        cache.store_chain(&[10, 11, 12], &mut new, &mut evicted, &mut slots);
+        assert_eq!(cache.keys_by_recency(), vec![10, 11, 12, 1, 2, 3]);
+        // 1 and 2 are held; 4 and 5 are new and evict the least recent blocks (3, then 12),
+        // never this chain's own.
+        cache.store_chain(&[1, 2, 4, 5], &mut new, &mut evicted, &mut slots);
+        assert_eq!(new, vec![false, false, true, true]);
+        assert_eq!(evicted, vec![3, 12]);
+        assert_eq!(cache.keys_by_recency(), vec![1, 2, 4, 5, 10, 11]);
+        // A chain longer than the capacity stores only its first blocks.
+        evicted.clear();
+        cache.store_chain(
+            &[20, 21, 22, 23, 24, 25, 26, 27],
+            &mut new,
+            &mut evicted,
+            &mut slots,
+        );
+        assert_eq!(new.len(), 6);
+        assert_eq!(cache.keys_by_recency(), vec![20, 21, 22, 23, 24, 25]);
+        assert_eq!(evicted.len(), 6);
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct SimulationResult {
     pub workers: Vec<WorkerUsage>,
     /// KV events delivered to the router.
     pub events: u64,
+    /// Wall-clock time spent inside the router's `apply_event`, in nanoseconds.
+    pub event_ns: u64,
     /// Wall-clock duration of the whole replay.
     pub wall: Duration,
     /// Virtual time when the last request finished, in microseconds.

@@ -96,6 +96,9 @@ struct Simulation<'a, R: RouterPort + ?Sized> {
     now: u64,
     stored_scratch: Vec<StoredBlock>,
     removed_scratch: Vec<u64>,
+    new_scratch: Vec<bool>,
+    slot_scratch: Vec<u32>,
+    id_scratch: String,
     result: SimulationResult,
 }
 
@@ -151,6 +154,9 @@ pub fn simulate<R: RouterPort + ?Sized>(
         now: 0,
         stored_scratch: Vec::new(),
         removed_scratch: Vec::new(),
+        new_scratch: Vec::new(),
+        slot_scratch: Vec::new(),
+        id_scratch: String::new(),
         result: SimulationResult {
             stages: stages.to_vec(),
             requests: workload
@@ -191,11 +197,20 @@ fn endpoint_key(endpoint: &str) -> u64 {
 }
 
 fn request_id(request: u32, stage: u8) -> String {
-    if stage == 0 {
-        format!("r{request}")
+    let mut id = String::new();
+    write_request_id(&mut id, request, stage);
+    id
+}
+
+/// Writes the id of `request` in `stage` into `buffer` (replacing its content).
+fn write_request_id(buffer: &mut String, request: u32, stage: u8) {
+    use std::fmt::Write as _;
+    buffer.clear();
+    let _ = if stage == 0 {
+        write!(buffer, "r{request}")
     } else {
-        format!("r{request}.{stage}")
-    }
+        write!(buffer, "r{request}.{stage}")
+    };
 }
 
 impl<R: RouterPort + ?Sized> Simulation<'_, R> {
@@ -237,7 +252,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         match event {
             Event::WorkDone { worker } => self.work_done(worker as usize),
             Event::DecodeDone { request, stage } => {
-                self.router.release(&request_id(request, stage));
+                write_request_id(&mut self.id_scratch, request, stage);
+                self.router.release(&self.id_scratch);
                 self.result.virtual_end_us = self.result.virtual_end_us.max(self.now);
             }
         }
@@ -434,10 +450,10 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         self.store_blocks(worker, outcome.request as usize);
         self.result.stage_outcomes.push(outcome);
         let (request, stage) = (outcome.request, outcome.stage);
-        let id = request_id(request, stage);
-        self.router.prefill_complete(&id);
+        write_request_id(&mut self.id_scratch, request, stage);
+        self.router.prefill_complete(&self.id_scratch);
         if (stage as usize) + 1 < self.stages.len() {
-            self.router.release(&id);
+            self.router.release(&self.id_scratch);
             self.arrive(request, stage + 1);
         } else {
             let prepared = &self.workload.requests[request as usize];
@@ -452,83 +468,78 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         self.start(worker);
     }
 
-    /// Makes the worker hold every block of the request, publishing `stored` events for the new
-    /// ones (chained to their parents) and one `removed` event for what it evicted.
+    /// Makes the worker hold every block of the request, publishing one `removed` event for
+    /// what it evicted, then `stored` events for the new blocks (chained to their parents).
     fn store_blocks(&mut self, worker: usize, request: usize) {
         let hashes = &self.workload.requests[request].sequence_hashes;
         let state = &mut self.workers[worker];
-        let hashes = &hashes[..hashes.len().min(state.cache.capacity())];
-        // Refresh what is held, so storing the rest cannot evict this request's own blocks.
-        for hash in hashes.iter().rev() {
-            state.cache.touch(*hash);
+        let mut new = std::mem::take(&mut self.new_scratch);
+        let mut evicted = std::mem::take(&mut self.removed_scratch);
+        let mut slots = std::mem::take(&mut self.slot_scratch);
+        evicted.clear();
+        state
+            .cache
+            .store_chain(hashes, &mut new, &mut evicted, &mut slots);
+        let events = &mut self.result.events;
+        let event_ns = &mut self.result.event_ns;
+        let router = self.router;
+        if !evicted.is_empty() {
+            for hash in evicted.iter_mut() {
+                *hash = engine_block_hash(*hash);
+            }
+            let data = KvEventData::Removed {
+                block_hashes: evicted,
+            };
+            evicted = match publish_event(router, state, events, event_ns, data) {
+                KvEventData::Removed { block_hashes } => block_hashes,
+                _ => Vec::new(),
+            };
         }
         let mut run = std::mem::take(&mut self.stored_scratch);
-        let mut removed = std::mem::take(&mut self.removed_scratch);
-        let events = &mut self.result.events;
-        let router = self.router;
+        run.clear();
         let mut parent = None;
-        for (index, hash) in hashes.iter().enumerate() {
-            let new = state
-                .cache
-                .insert(*hash, |victim| removed.push(engine_block_hash(victim)));
-            if new {
+        for (index, is_new) in new.iter().enumerate() {
+            if *is_new {
                 if run.is_empty() {
                     parent = index.checked_sub(1).map(|p| engine_block_hash(hashes[p]));
                 }
                 run.push(StoredBlock {
-                    block_hash: engine_block_hash(*hash),
-                    tokens_hash: *hash,
+                    block_hash: engine_block_hash(hashes[index]),
+                    tokens_hash: hashes[index],
                 });
             } else if !run.is_empty() {
-                (run, removed) = publish_run(router, state, events, parent, run, removed);
+                run = publish_run(router, state, events, event_ns, parent, run);
             }
         }
-        if !run.is_empty() || !removed.is_empty() {
-            (run, removed) = publish_run(router, state, events, parent, run, removed);
-        }
-        // The prompt's first blocks are the most shared: evict its tail first.
-        for hash in hashes.iter().rev() {
-            state.cache.touch(*hash);
+        if !run.is_empty() {
+            run = publish_run(router, state, events, event_ns, parent, run);
         }
         self.stored_scratch = run;
-        self.removed_scratch = removed;
+        self.removed_scratch = evicted;
+        self.new_scratch = new;
+        self.slot_scratch = slots;
     }
 }
 
-/// Publishes the evictions a run of stores caused, then the run (an engine frees before it
-/// stores), and hands back both buffers emptied for reuse.
+/// Publishes a run of stored blocks and hands back the buffer, emptied for reuse.
 fn publish_run<R: RouterPort + ?Sized>(
     router: &R,
     worker: &mut SimWorker,
     events: &mut u64,
+    event_ns: &mut u64,
     parent_hash: Option<u64>,
     blocks: Vec<StoredBlock>,
-    block_hashes: Vec<u64>,
-) -> (Vec<StoredBlock>, Vec<u64>) {
-    let mut removed = block_hashes;
-    if !removed.is_empty() {
-        let data = KvEventData::Removed {
-            block_hashes: removed,
-        };
-        removed = match publish_event(router, worker, events, data) {
-            KvEventData::Removed { block_hashes } => block_hashes,
-            _ => Vec::new(),
-        };
-        removed.clear();
-    }
-    let mut run = blocks;
-    if !run.is_empty() {
-        let data = KvEventData::Stored {
-            parent_hash,
-            blocks: run,
-        };
-        run = match publish_event(router, worker, events, data) {
-            KvEventData::Stored { blocks, .. } => blocks,
-            _ => Vec::new(),
-        };
-        run.clear();
-    }
-    (run, removed)
+) -> Vec<StoredBlock> {
+    let data = KvEventData::Stored {
+        parent_hash,
+        blocks,
+    };
+    let mut run = match publish_event(router, worker, events, event_ns, data) {
+        KvEventData::Stored { blocks, .. } => blocks,
+        _ => Vec::new(),
+    };
+    run.clear();
+    run
 }
 
 /// Sends one event numbered by the worker's monotonic counter and returns its data for reuse.
@@ -536,11 +547,14 @@ fn publish_event<R: RouterPort + ?Sized>(
     router: &R,
     worker: &mut SimWorker,
     events: &mut u64,
+    event_ns: &mut u64,
     data: KvEventData,
 ) -> KvEventData {
     let event = KvEvent::new(worker.id, worker.next_event_id, data);
     worker.next_event_id += 1;
     *events += 1;
+    let started = Instant::now();
     router.apply_event(&event);
+    *event_ns += started.elapsed().as_nanos() as u64;
     event.data
 }

@@ -128,6 +128,10 @@ pub struct RouterCost {
     pub bookings_per_s_end_to_end: f64,
     /// KV events delivered.
     pub events: u64,
+    /// Wall-clock time inside the router's `apply_event`, in milliseconds.
+    pub event_apply_ms: f64,
+    /// Wall-clock time inside the router's `book()`, in milliseconds.
+    pub book_ms: f64,
     /// Wall-clock duration of the replay, in milliseconds.
     pub wall_ms: f64,
 }
@@ -272,6 +276,8 @@ impl ConfigReport {
                 0.0
             },
             events: result.events,
+            event_apply_ms: result.event_ns as f64 / 1e6,
+            book_ms: book_ns as f64 / 1e6,
             wall_ms: wall_s * 1000.0,
         };
 

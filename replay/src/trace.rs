@@ -104,7 +104,7 @@ pub fn read_trace(
         if line.trim().is_empty() {
             continue;
         }
-        match parse_line(&line, number) {
+        match parse_line(&line) {
             Ok(request) => requests.push(request),
             Err(message) => {
                 if strict {
@@ -144,7 +144,7 @@ pub fn read_trace(
     })
 }
 
-fn parse_line(line: &str, number: usize) -> Result<WorkloadRequest, String> {
+fn parse_line(line: &str) -> Result<WorkloadRequest, String> {
     let parsed: TraceLine = serde_json::from_str(line).map_err(|e| format!("invalid JSON: {e}"))?;
     if !parsed.timestamp.is_finite() || parsed.timestamp < 0.0 {
         return Err(format!(
@@ -170,10 +170,7 @@ fn parse_line(line: &str, number: usize) -> Result<WorkloadRequest, String> {
         prompt_tokens: parsed.input_length,
         output_tokens: parsed.output_length,
         block_ids,
-        session: SessionContext {
-            session_id: None,
-            attributes: [("trace_line".to_owned(), number.to_string())].into(),
-        },
+        session: SessionContext::default(),
     })
 }
 
