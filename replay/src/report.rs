@@ -126,8 +126,11 @@ impl Comparison {
         row("bookings/s end to end", &|c| {
             thousands(c.router.bookings_per_s_end_to_end)
         });
-        row("replay wall time (ms)", &|c| {
-            format!("{:.0}", c.router.wall_ms)
+        row("wall ms: total / book() / events", &|c| {
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                c.router.wall_ms, c.router.book_ms, c.router.event_apply_ms
+            )
         });
         rows
     }
