@@ -1,1 +1,117 @@
-fn main() {}
+//! KV event ingest on one thread: `stored` events of 16 blocks (and of 1 block) applied through
+//! `Router::apply_event` to a warm index of 64 workers; removals that keep the index at a
+//! steady size run outside the timed section. Throughput is in stored blocks.
+
+mod workload;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::router::{
+    Role, Router, RouterMode, RouterOptions, RouterSetup, WorkerCapabilities, WorkerInfo,
+};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use workload::*;
+
+const EVENTS_PER_BATCH: usize = WORKERS as usize;
+
+fn bench_ingest(c: &mut Criterion) {
+    let workload = build();
+    let setup = RouterSetup {
+        router_mode: RouterMode::Kv,
+        block_size: BLOCK_SIZE,
+        roles: BTreeMap::new(),
+    };
+    let router = Router::new(setup, RouterOptions::default());
+    for w in 0..WORKERS {
+        let info = WorkerInfo::new(worker(w), Role::Decode, WorkerCapabilities::none());
+        if let Err(error) = router.register_worker(info) {
+            panic!("{error}");
+        }
+    }
+    for event in &workload.warm_events {
+        let _ = router.apply_event(event);
+    }
+    // A pool of chains: half are the warm contexts (blocks other workers already hold), half new.
+    let mut chains: Vec<Vec<u64>> = workload
+        .contexts
+        .iter()
+        .map(|tokens| sequence_hashes_for_tokens(tokens, BLOCK_SIZE))
+        .collect();
+    let mut rng = Rng(7);
+    for _ in 0..chains.len() {
+        let fresh: Vec<u32> = (0..PROMPT_TOKENS)
+            .map(|_| rng.below(128_000) as u32)
+            .collect();
+        chains.push(sequence_hashes_for_tokens(&fresh, BLOCK_SIZE));
+    }
+    let mut next_id = workload.next_event_id.clone();
+    let mut group = c.benchmark_group("event_ingest");
+    for blocks_per_event in [16usize, 1] {
+        group.throughput(Throughput::Elements(
+            (EVENTS_PER_BATCH * blocks_per_event) as u64,
+        ));
+        group.bench_function(format!("stored_{blocks_per_event}_blocks_per_event"), |b| {
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let mut stores = Vec::with_capacity(EVENTS_PER_BATCH);
+                    let mut removes = Vec::with_capacity(EVENTS_PER_BATCH);
+                    // One event per worker per batch, so each worker's store (id n) is applied
+                    // before its removal (id n + 1) even though all stores run first.
+                    for w in 0..EVENTS_PER_BATCH {
+                        let chain = &chains[rng.below(chains.len() as u64) as usize];
+                        let start = rng.below((chain.len() - blocks_per_event) as u64) as usize;
+                        let window = &chain[start..start + blocks_per_event];
+                        // Blocks this worker already holds stay held: only its new ones are
+                        // removed again, so the warm state is kept.
+                        let new: Vec<u64> = window
+                            .iter()
+                            .filter(|seq| router.cached_prefix(worker(w as u64), &[**seq]) == 0)
+                            .map(|seq| engine_of(*seq))
+                            .collect();
+                        stores.push(KvEvent::new(
+                            worker(w as u64),
+                            next_id[w],
+                            KvEventData::Stored {
+                                parent_hash: start.checked_sub(1).map(|p| engine_of(chain[p])),
+                                blocks: window
+                                    .iter()
+                                    .map(|seq| StoredBlock {
+                                        block_hash: engine_of(*seq),
+                                        tokens_hash: *seq,
+                                    })
+                                    .collect(),
+                            },
+                        ));
+                        removes.push(KvEvent::new(
+                            worker(w as u64),
+                            next_id[w] + 1,
+                            KvEventData::Removed { block_hashes: new },
+                        ));
+                        next_id[w] += 2;
+                    }
+                    let start = Instant::now();
+                    for event in &stores {
+                        black_box(router.apply_event(event));
+                    }
+                    total += start.elapsed();
+                    for event in &removes {
+                        let _ = router.apply_event(event);
+                    }
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+    let metrics = router.metrics();
+    println!(
+        "events applied {}, ignored {:?}, memberships {}",
+        metrics.events.applied, metrics.events.ignored, metrics.index_memberships
+    );
+}
+
+criterion_group!(benches, bench_ingest);
+criterion_main!(benches);

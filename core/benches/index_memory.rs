@@ -1,1 +1,145 @@
-fn main() {}
+//! Index memory per (worker, block) membership, measured with a counting global allocator at
+//! over a million memberships: 64 workers with shared prefixes (the common case), the same with
+//! per-worker engine ids (the override maps), and no sharing at all (the worst case).
+//! Run with `cargo bench -p dynamo-kv-router --bench index_memory`; it prints a table.
+
+mod workload;
+
+use dynamo_kv_router::kv::{KvEvent, KvEventData, KvIndex, StoredBlock};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use workload::*;
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Chains of `blocks` pseudo-random sequence hashes.
+fn chains(count: usize, blocks: usize, rng: &mut Rng) -> Vec<Vec<u64>> {
+    (0..count)
+        .map(|_| (0..blocks).map(|_| rng.next()).collect())
+        .collect()
+}
+
+/// Builds an index where worker `w` stores, for each `(chain, depth)` of `plan[w]`, the chain's
+/// first `depth` blocks, and returns (bytes, memberships, distinct blocks).
+fn measure(
+    plan: &[Vec<(usize, usize)>],
+    chains: &[Vec<u64>],
+    per_worker_engine_ids: bool,
+) -> (usize, usize, usize) {
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut index = KvIndex::new();
+    for w in 0..plan.len() {
+        index.add_worker(worker(w as u64));
+    }
+    for (w, items) in plan.iter().enumerate() {
+        let mut event_id = 0;
+        for &(chain, depth) in items {
+            for chunk in chains[chain][..depth].chunks(32) {
+                let blocks = chunk
+                    .iter()
+                    .map(|seq| StoredBlock {
+                        block_hash: if per_worker_engine_ids {
+                            engine_of(*seq) ^ (w as u64).wrapping_mul(0x9E37_79B9)
+                        } else {
+                            engine_of(*seq)
+                        },
+                        tokens_hash: *seq,
+                    })
+                    .collect();
+                let event = KvEvent::new(
+                    worker(w as u64),
+                    event_id,
+                    KvEventData::Stored {
+                        parent_hash: None,
+                        blocks,
+                    },
+                );
+                event_id += 1;
+                let _ = index.apply(&event);
+            }
+        }
+    }
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let result = (bytes, index.memberships(), index.distinct_blocks());
+    drop(index);
+    result
+}
+
+fn report(name: &str, (bytes, memberships, distinct): (usize, usize, usize)) {
+    println!(
+        "{name:<44} {memberships:>10} {distinct:>10} {:>12.1} {:>10.1}",
+        bytes as f64 / 1e6,
+        bytes as f64 / memberships.max(1) as f64
+    );
+}
+
+fn main() {
+    let mut rng = Rng(99);
+    let blocks = PROMPT_TOKENS / BLOCK_SIZE as usize;
+    println!(
+        "{:<44} {:>10} {:>10} {:>12} {:>10}",
+        "scenario", "members", "blocks", "MB", "B/member"
+    );
+    // Shared prefixes: each of 64 workers caches 52 contexts of 512 blocks, to 30-100 % depth,
+    // drawn from a cluster-wide pool; the smaller the pool, the more holders per block.
+    for pool in [384usize, 1024, 4096] {
+        let shared = chains(pool, blocks, &mut rng);
+        let plan: Vec<Vec<(usize, usize)>> = (0..WORKERS)
+            .map(|_| {
+                (0..52)
+                    .map(|_| {
+                        let chain = rng.below(shared.len() as u64) as usize;
+                        (
+                            chain,
+                            blocks * 3 / 10 + rng.below((blocks * 7 / 10) as u64) as usize,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        report(
+            &format!("64 workers, shared, pool of {pool} contexts"),
+            measure(&plan, &shared, false),
+        );
+        report(
+            &format!("  same, per-worker engine ids"),
+            measure(&plan, &shared, true),
+        );
+    }
+    // No sharing: every worker caches its own 32 contexts fully (1,048,576 memberships).
+    let unique = chains(64 * 32, blocks, &mut rng);
+    let plan: Vec<Vec<(usize, usize)>> = (0..WORKERS as usize)
+        .map(|w| (0..32).map(|k| (w * 32 + k, blocks)).collect())
+        .collect();
+    report(
+        "64 workers, no sharing (worst case)",
+        measure(&plan, &unique, false),
+    );
+}

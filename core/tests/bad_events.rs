@@ -3,18 +3,26 @@
 mod common;
 
 use common::*;
-use dynamo_kv_router::kv::{EventOutcome, IgnoreReason, KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{
+    EventOutcome, IgnoreReason, KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens,
+};
 use dynamo_kv_router::router::{Role, Router, RouterMode};
 use proptest::prelude::*;
 
 fn router_with_state() -> (Router, Vec<u64>) {
     let router = router(
         RouterMode::Kv,
-        vec![(Role::Decode, role_policies("longest", LongestPrefix, vec![]))],
+        vec![(
+            Role::Decode,
+            role_policies("longest", LongestPrefix, vec![]),
+        )],
     );
     assert!(router.register_worker(hinting(1, Role::Decode)).is_ok());
     let prompt = tokens(40, 1);
-    assert_eq!(router.apply_event(&stored(worker(1), 10, &prompt, 7)), EventOutcome::Applied);
+    assert_eq!(
+        router.apply_event(&stored(worker(1), 10, &prompt, 7)),
+        EventOutcome::Applied
+    );
     (router, sequence_hashes_for_tokens(&prompt, BLOCK_SIZE))
 }
 
@@ -31,7 +39,13 @@ fn anomalies_are_counted_and_change_nothing() {
             IgnoreReason::OutOfOrder,
         ),
         (
-            KvEvent::new(worker(1), 11, KvEventData::Removed { block_hashes: vec![1, 2, 3] }),
+            KvEvent::new(
+                worker(1),
+                11,
+                KvEventData::Removed {
+                    block_hashes: vec![1, 2, 3],
+                },
+            ),
             IgnoreReason::UnknownBlocks,
         ),
     ];
@@ -39,14 +53,26 @@ fn anomalies_are_counted_and_change_nothing() {
         assert_eq!(router.apply_event(&event), EventOutcome::Ignored(reason));
         assert_eq!(router.cached_prefix(worker(1), &hashes), 7);
     }
-    assert_eq!(router.apply_event_json("{not json"), EventOutcome::Ignored(IgnoreReason::Malformed));
+    assert_eq!(
+        router.apply_event_json("{not json"),
+        EventOutcome::Ignored(IgnoreReason::Malformed)
+    );
     assert_eq!(router.cached_prefix(worker(1), &hashes), 7);
     let metrics = router.metrics();
-    for reason in ["unknown_worker", "out_of_order", "unknown_blocks", "malformed"] {
+    for reason in [
+        "unknown_worker",
+        "out_of_order",
+        "unknown_blocks",
+        "malformed",
+    ] {
         assert_eq!(metrics.events.ignored.get(reason), Some(&1), "{reason}");
     }
     assert_eq!(metrics.events.unknown_block_removals, 3);
-    assert!(router.prometheus_text().contains("kv_router_kv_events_ignored_total{reason=\"malformed\"} 1"));
+    assert!(
+        router
+            .prometheus_text()
+            .contains("kv_router_kv_events_ignored_total{reason=\"malformed\"} 1")
+    );
 }
 
 #[test]
@@ -63,8 +89,14 @@ fn a_gap_drops_the_workers_state_until_it_reports_cleared() {
         EventOutcome::Ignored(IgnoreReason::Stale)
     );
     assert_eq!(router.cached_prefix(worker(1), &hashes), 0);
-    assert_eq!(router.apply_event(&KvEvent::new(worker(1), 20, KvEventData::Cleared)), EventOutcome::Applied);
-    assert_eq!(router.apply_event(&stored(worker(1), 21, &prompt, 9)), EventOutcome::Applied);
+    assert_eq!(
+        router.apply_event(&KvEvent::new(worker(1), 20, KvEventData::Cleared)),
+        EventOutcome::Applied
+    );
+    assert_eq!(
+        router.apply_event(&stored(worker(1), 21, &prompt, 9)),
+        EventOutcome::Applied
+    );
     assert_eq!(router.cached_prefix(worker(1), &hashes), 9);
     let metrics = router.metrics();
     assert_eq!(metrics.events.ignored.get("gap"), Some(&1));
@@ -78,7 +110,9 @@ fn removed_blocks_shorten_the_prefix() {
     let event = KvEvent::new(
         worker(1),
         11,
-        KvEventData::Removed { block_hashes: vec![engine_of(hashes[3]), 999] },
+        KvEventData::Removed {
+            block_hashes: vec![engine_of(hashes[3]), 999],
+        },
     );
     assert_eq!(router.apply_event(&event), EventOutcome::Applied);
     assert_eq!(router.cached_prefix(worker(1), &hashes), 3);

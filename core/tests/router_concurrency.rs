@@ -17,7 +17,10 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
     const PER_THREAD: usize = 300;
     let router = Arc::new(router(
         RouterMode::Kv,
-        vec![(Role::Decode, role_policies("longest", LongestPrefix, vec![hint("fetch", CopySender)]))],
+        vec![(
+            Role::Decode,
+            role_policies("longest", LongestPrefix, vec![hint("fetch", CopySender)]),
+        )],
     ));
     for id in 1..=8 {
         assert!(router.register_worker(hinting(id, Role::Decode)).is_ok());
@@ -120,11 +123,19 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
     assert_eq!(metrics.bookings, (THREADS * PER_THREAD) as u64);
     assert_eq!(metrics.booking_latency.count, metrics.bookings);
     assert_eq!(metrics.active_bookings, live_ids.len() as u64);
-    assert_eq!(metrics.events.applied + metrics.events.ignored.values().sum::<u64>(), rounds as u64);
+    assert_eq!(
+        metrics.events.applied + metrics.events.ignored.values().sum::<u64>(),
+        rounds as u64
+    );
 
     for id in &live_ids {
         router.release(id);
     }
-    assert!(router.workers().iter().all(|(_, load)| *load == WorkerLoad::default()));
+    assert!(
+        router
+            .workers()
+            .iter()
+            .all(|(_, load)| *load == WorkerLoad::default())
+    );
     assert_eq!(router.metrics().active_bookings, 0);
 }

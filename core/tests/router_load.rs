@@ -21,8 +21,14 @@ fn kv_router(options: RouterOptions) -> Router {
         setup(
             RouterMode::Kv,
             vec![
-                (Role::Prefill, role_policies("longest", LongestPrefix, vec![])),
-                (Role::Decode, role_policies("longest", LongestPrefix, vec![])),
+                (
+                    Role::Prefill,
+                    role_policies("longest", LongestPrefix, vec![]),
+                ),
+                (
+                    Role::Decode,
+                    role_policies("longest", LongestPrefix, vec![]),
+                ),
             ],
         ),
         options,
@@ -37,7 +43,9 @@ fn booking_reserves_and_completion_and_release_give_back() {
     let router = kv_router(RouterOptions::default());
     let prompt = tokens(42, 3); // 10 full blocks of 4, 11 blocks occupied
     let _ = router.apply_event(&stored(worker(1), 0, &prompt, 4));
-    let booking = router.book(&request("r1", Role::Prefill, prompt.clone())).expect("booked");
+    let booking = router
+        .book(&request("r1", Role::Prefill, prompt.clone()))
+        .expect("booked");
     assert_eq!(booking.stats.cached_blocks, 4);
     let expected = WorkerLoad {
         active_prefill_tokens: 42 - 16,
@@ -46,7 +54,9 @@ fn booking_reserves_and_completion_and_release_give_back() {
     };
     assert_eq!(load_of(&router, worker(1)), expected);
     // The decode booking of the same request is a second booking, on its own worker.
-    let _ = router.book(&request("r1", Role::Decode, prompt)).expect("booked");
+    let _ = router
+        .book(&request("r1", Role::Decode, prompt))
+        .expect("booked");
     assert_eq!(load_of(&router, worker(2)).active_prefill_tokens, 42);
     assert_eq!(router.metrics().active_bookings, 2);
 
@@ -71,8 +81,12 @@ fn booking_reserves_and_completion_and_release_give_back() {
 #[test]
 fn rebooking_a_request_in_a_role_replaces_its_reservation() {
     let router = kv_router(RouterOptions::default());
-    let _ = router.book(&request("r", Role::Decode, tokens(8, 0))).expect("booked");
-    let _ = router.book(&request("r", Role::Decode, tokens(16, 0))).expect("booked");
+    let _ = router
+        .book(&request("r", Role::Decode, tokens(8, 0)))
+        .expect("booked");
+    let _ = router
+        .book(&request("r", Role::Decode, tokens(16, 0)))
+        .expect("booked");
     let load = load_of(&router, worker(2));
     assert_eq!((load.active_requests, load.active_blocks), (1, 4));
     router.release("r");
@@ -85,9 +99,13 @@ fn stale_bookings_expire_after_the_ttl() {
         booking_ttl: Duration::from_millis(20),
         seed: 0,
     });
-    let _ = router.book(&request("old", Role::Decode, tokens(8, 0))).expect("booked");
+    let _ = router
+        .book(&request("old", Role::Decode, tokens(8, 0)))
+        .expect("booked");
     std::thread::sleep(Duration::from_millis(40));
-    let _ = router.book(&request("new", Role::Decode, tokens(4, 0))).expect("booked");
+    let _ = router
+        .book(&request("new", Role::Decode, tokens(4, 0)))
+        .expect("booked");
     let load = load_of(&router, worker(2));
     assert_eq!((load.active_requests, load.active_blocks), (1, 1));
     let metrics = router.metrics();
@@ -103,7 +121,9 @@ fn stale_bookings_expire_after_the_ttl() {
 #[test]
 fn deregistered_workers_bookings_release_harmlessly() {
     let router = kv_router(RouterOptions::default());
-    let _ = router.book(&request("r", Role::Decode, tokens(8, 0))).expect("booked");
+    let _ = router
+        .book(&request("r", Role::Decode, tokens(8, 0)))
+        .expect("booked");
     assert!(router.deregister_worker(worker(2)).is_ok());
     assert!(router.register_worker(plain(2, Role::Decode)).is_ok());
     assert_eq!(load_of(&router, worker(2)), WorkerLoad::default());

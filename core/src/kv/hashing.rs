@@ -8,9 +8,6 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// The xxh3 seed of every block and sequence hash (the upstream router's seed).
 pub const HASH_SEED: u64 = 1337;
 
-/// Largest block size hashed without a heap buffer, in tokens.
-const STACK_BLOCK_TOKENS: usize = 64;
-
 /// The local hash of each full block of `tokens`: xxh3 of the block's little-endian `u32`s.
 /// A `block_size` of 0 yields no blocks.
 pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
@@ -75,25 +72,32 @@ impl SequenceChain {
 }
 
 fn for_each_block_hash(tokens: &[u32], block_size: usize, mut emit: impl FnMut(u64)) {
-    if block_size <= STACK_BLOCK_TOKENS {
-        let mut buffer = [0u8; STACK_BLOCK_TOKENS * 4];
+    #[cfg(target_endian = "little")]
+    {
         for block in tokens.chunks_exact(block_size) {
-            emit(hash_block(block, &mut buffer));
+            emit(xxh3_64_with_seed(le_bytes(block), HASH_SEED));
         }
-    } else {
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
         let mut buffer = vec![0u8; block_size * 4];
         for block in tokens.chunks_exact(block_size) {
-            emit(hash_block(block, &mut buffer));
+            for (chunk, token) in buffer.chunks_exact_mut(4).zip(block) {
+                chunk.copy_from_slice(&token.to_le_bytes());
+            }
+            emit(xxh3_64_with_seed(&buffer, HASH_SEED));
         }
     }
 }
 
-fn hash_block(block: &[u32], buffer: &mut [u8]) -> u64 {
-    let bytes = &mut buffer[..block.len() * 4];
-    for (chunk, token) in bytes.chunks_exact_mut(4).zip(block) {
-        chunk.copy_from_slice(&token.to_le_bytes());
+/// The tokens' bytes, which on a little-endian target already are their little-endian encoding.
+#[cfg(target_endian = "little")]
+fn le_bytes(tokens: &[u32]) -> &[u8] {
+    // SAFETY: a `u32` slice is initialised memory of `4 * len` bytes, and `u8` has no
+    // alignment requirement; the returned slice borrows `tokens`.
+    unsafe {
+        std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), std::mem::size_of_val(tokens))
     }
-    xxh3_64_with_seed(bytes, HASH_SEED)
 }
 
 #[cfg(test)]

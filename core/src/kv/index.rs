@@ -98,7 +98,7 @@ pub struct KvIndex {
     by_engine: U64Map<u64>,
     overflow: HashMap<(u64, u32), u64, U64HashBuilder>,
     slots: Vec<Option<SlotState>>,
-    by_worker: HashMap<WorkerId, u32>,
+    by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
     memberships: usize,
     counters: IndexCounters,
 }
@@ -341,20 +341,33 @@ impl KvIndex {
 
     /// The engine hash `slot` reported for `seq`, if it holds the block.
     fn engine_of(&self, slot: u32, seq: u64) -> Option<u64> {
-        if !self.holds(slot, seq) {
+        let (group, bit) = split(slot);
+        let entry = self.blocks.get(&seq)?;
+        let held = if group == 0 {
+            entry.holders & bit != 0
+        } else {
+            self.overflow
+                .get(&(seq, group))
+                .is_some_and(|mask| mask & bit != 0)
+        };
+        if !held {
             return None;
         }
         let state = self.slot_state(slot)?;
-        if let Some(engine) = state.seq_to_engine.get(&seq) {
+        if !state.seq_to_engine.is_empty()
+            && let Some(engine) = state.seq_to_engine.get(&seq)
+        {
             return Some(*engine);
         }
-        self.blocks.get(&seq).map(|entry| entry.engine)
+        Some(entry.engine)
     }
 
     /// The block `slot` holds under engine hash `engine`, if any.
     fn seq_of_engine(&self, slot: u32, engine: u64) -> Option<u64> {
         let state = self.slot_state(slot)?;
-        if let Some(seq) = state.engine_to_seq.get(&engine) {
+        if !state.engine_to_seq.is_empty()
+            && let Some(seq) = state.engine_to_seq.get(&engine)
+        {
             return Some(*seq);
         }
         let seq = *self.by_engine.get(&engine)?;
@@ -362,6 +375,9 @@ impl KvIndex {
     }
 
     fn store(&mut self, slot: u32, engine: u64, seq: u64) {
+        if self.store_common(slot, engine, seq) {
+            return;
+        }
         if let Some(previous) = self.seq_of_engine(slot, engine) {
             if previous == seq {
                 return;
@@ -402,6 +418,47 @@ impl KvIndex {
         }
         state.blocks += 1;
         self.memberships += 1;
+    }
+
+    /// The two-probe paths of a store by a worker in slots 0..63 without override maps: a
+    /// block others hold under the same engine id, or a new block with a new engine id.
+    /// Returns `false` when the general path must decide.
+    fn store_common(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
+        let (group, bit) = split(slot);
+        let plain = group == 0
+            && self.slot_state(slot).is_some_and(|state| {
+                state.seq_to_engine.is_empty() && state.engine_to_seq.is_empty()
+            });
+        if !plain {
+            return false;
+        }
+        match self.by_engine.get(&engine) {
+            Some(&owner) if owner == seq => {
+                let Some(entry) = self.blocks.get_mut(&seq) else {
+                    return false;
+                };
+                if entry.holders & bit != 0 {
+                    return true;
+                }
+                entry.holders |= bit;
+            }
+            Some(_) => return false,
+            None => match self.blocks.entry(seq) {
+                std::collections::hash_map::Entry::Occupied(_) => return false,
+                std::collections::hash_map::Entry::Vacant(vacant) => {
+                    vacant.insert(BlockEntry {
+                        engine,
+                        holders: bit,
+                    });
+                    self.by_engine.insert(engine, seq);
+                }
+            },
+        }
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks += 1;
+        }
+        self.memberships += 1;
+        true
     }
 
     /// Drops `slot`'s membership of `seq`; the caller checked that it holds it.
