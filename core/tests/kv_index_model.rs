@@ -198,7 +198,7 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
                 data,
             } => {
                 let id = next_id.entry(n).or_insert(0);
-                *id = (*id + u64::from(id_step)).max(0);
+                *id += u64::from(id_step);
                 let event = KvEvent::new(worker(n), *id, data);
                 assert_eq!(index.apply(&event), model.apply(&event), "{event:?}");
             }

@@ -1,0 +1,229 @@
+//! The built-ins inside a real router: kvcr commits a copy that kv_fetch sends, and kv_fetch's
+//! best effort obeys `min_additional_blocks`, with events feeding the index.
+
+use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::plugins::{KvCopy, Partition, PolicyParameters, PolicyRegistry};
+use dynamo_kv_router::router::RouterOptions;
+use dynamo_kv_router::router::{
+    HintOrigin, Prompt, Role, RoleHint, RolePolicies, RouteRequest, Router, RouterMode,
+    RouterSetup, WorkerCapabilities, WorkerId, WorkerInfo,
+};
+use dynamo_router_catalog as _;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+const BLOCK_SIZE: u32 = 4;
+
+fn worker(id: u64) -> WorkerId {
+    WorkerId::new(id, 0)
+}
+
+fn endpoint(id: u64) -> String {
+    format!("tcp://10.0.0.{id}:23280")
+}
+
+fn hinting(id: u64) -> WorkerInfo {
+    WorkerInfo::new(
+        worker(id),
+        Role::Decode,
+        WorkerCapabilities::hint_source(endpoint(id)),
+    )
+}
+
+fn plain(id: u64) -> WorkerInfo {
+    WorkerInfo::new(worker(id), Role::Decode, WorkerCapabilities::none())
+}
+
+/// `blocks` full blocks of tokens starting at `first_token`.
+fn prompt(first_token: u32, blocks: u32) -> Vec<u32> {
+    (first_token..first_token + blocks * BLOCK_SIZE).collect()
+}
+
+/// The engine hash worker `id` reports for block `index`.
+fn engine(id: u64, index: usize) -> u64 {
+    id * 100 + index as u64
+}
+
+/// A `stored` event for the first `blocks` blocks of `tokens` on worker `id`.
+fn stored(id: u64, tokens: &[u32], blocks: usize) -> KvEvent {
+    let hashes = sequence_hashes_for_tokens(tokens, BLOCK_SIZE);
+    let blocks = hashes
+        .iter()
+        .take(blocks)
+        .enumerate()
+        .map(|(index, hash)| StoredBlock {
+            block_hash: engine(id, index),
+            tokens_hash: *hash,
+        })
+        .collect();
+    KvEvent::new(
+        worker(id),
+        1,
+        KvEventData::Stored {
+            parent_hash: None,
+            blocks,
+        },
+    )
+}
+
+fn request(id: &str, tokens: Vec<u32>) -> RouteRequest {
+    RouteRequest::new(id, Role::Decode, Prompt::Tokens(tokens))
+}
+
+/// A router whose decode role runs `selection` with `parameters` and, when `hints` is `None`,
+/// the hint policies registered as its defaults (else the listed ones).
+fn router(selection: &str, parameters: Value, hints: Option<Vec<(&str, Value)>>) -> Router {
+    let registry = PolicyRegistry::linked().expect("the linked registrations are valid");
+    let partition = Partition {
+        role: Role::Decode,
+        block_size: BLOCK_SIZE,
+    };
+    let constructed = registry
+        .worker_selection_policy(selection)
+        .expect("linked")
+        .construct_worker_selection(PolicyParameters::new(parameters), &partition)
+        .expect("valid parameters");
+    let listed: Vec<(String, Value, HintOrigin)> = match hints {
+        Some(hints) => hints
+            .into_iter()
+            .map(|(name, parameters)| (name.to_owned(), parameters, HintOrigin::Listed))
+            .collect(),
+        None => registry
+            .default_hint_policies(selection)
+            .map(|entry| (entry.name.clone(), json!({}), HintOrigin::Default))
+            .collect(),
+    };
+    let hints = listed
+        .into_iter()
+        .map(|(name, parameters, origin)| RoleHint {
+            policy: registry
+                .hint_policy(&name)
+                .expect("linked")
+                .construct_hint(PolicyParameters::new(parameters), &partition)
+                .expect("valid parameters"),
+            policy_type: name,
+            name: None,
+            origin,
+        })
+        .collect();
+    let setup = RouterSetup {
+        router_mode: RouterMode::Kv,
+        block_size: BLOCK_SIZE,
+        roles: BTreeMap::from([(
+            Role::Decode,
+            RolePolicies {
+                selection_type: selection.to_owned(),
+                selection: constructed,
+                hints,
+            },
+        )]),
+    };
+    Router::new(setup, RouterOptions::default())
+}
+
+/// Books `id` on the only registered worker to give it decode load, then ends its prefill.
+fn warm(router: &Router, id: &str, first_token: u32, blocks: u32) {
+    router
+        .book(&request(id, prompt(first_token, blocks)))
+        .expect("booked");
+    router.prefill_complete(id);
+}
+
+#[test]
+fn kvcr_commits_a_copy_that_kv_fetch_sends() {
+    // kvcr with multiplier 0.5 and no `hints`: kv_fetch runs by default.
+    let router = router(
+        "kvcr",
+        json!({"shared_cache_multiplier": 0.5, "seed": 1}),
+        None,
+    );
+    assert_eq!(
+        router.setup().roles[&Role::Decode].hints[0].policy_type,
+        "kv_fetch"
+    );
+    let main = prompt(0, 10);
+
+    // w3 (no hints) carries 3 active blocks; w1 (a source) carries 20.
+    router.register_worker(plain(3)).unwrap();
+    warm(&router, "warm-3", 10_000, 3);
+    router.register_worker(hinting(1)).unwrap();
+    warm(&router, "warm-1", 20_000, 20);
+    router.register_worker(hinting(2)).unwrap();
+    router.apply_event(&stored(1, &main, 8));
+    router.apply_event(&stored(3, &main, 4));
+
+    // Costs (prefill 10 blocks): w1 2 + 20 = 22; w2 10; w3 6 + 3 = 9 → w3 without credit.
+    // With credit: w2 10 - 0.5 * 8 = 6; w3 10 - 4 - 0.5 * 4 + 3 = 7 → w2, because of w1's blocks.
+    let booking = router.book(&request("req-main", main)).expect("booked");
+    assert_eq!(booking.worker, worker(2));
+    let hashes: Vec<u64> = (0..8).map(|index| engine(1, index)).collect();
+    assert_eq!(
+        booking.committed_kv_copy,
+        Some(KvCopy {
+            source: worker(1),
+            source_endpoint: endpoint(1),
+            first_block: 0,
+            block_hashes: hashes.clone(),
+        })
+    );
+    let hint = booking.hint.expect("w2 accepts hints");
+    let envelope: Value = serde_json::from_str(&hint.to_json()).unwrap();
+    assert_eq!(
+        envelope,
+        json!({
+            "protocol_version": "0.1",
+            "message_id": "req-main",
+            "actions": [{
+                "action_id": "a1",
+                "action_type": "kv.fetch",
+                "action_version": "1.0",
+                "payload": {"source_control_endpoint": endpoint(1), "block_hashes": hashes},
+            }],
+        })
+    );
+}
+
+#[test]
+fn kv_fetch_best_effort_obeys_min_additional_blocks() {
+    for (min_additional_blocks, expect_fetch) in [(3, true), (4, false)] {
+        let router = router(
+            "dynamo-default-cost-fn",
+            json!({}),
+            Some(vec![(
+                "kv_fetch",
+                json!({"min_additional_blocks": min_additional_blocks}),
+            )]),
+        );
+        let main = prompt(0, 10);
+        router.register_worker(hinting(1)).unwrap();
+        warm(&router, "warm-1", 20_000, 20);
+        router.register_worker(hinting(2)).unwrap();
+        router.apply_event(&stored(1, &main, 8));
+        router.apply_event(&stored(2, &main, 5));
+
+        // w1 2 + 20 = 22, w2 5 → w2, which lacks 3 of w1's blocks.
+        let booking = router.book(&request("req-1", main)).expect("booked");
+        assert_eq!(booking.worker, worker(2));
+        assert_eq!(booking.committed_kv_copy, None);
+        let actions: Vec<Value> = booking
+            .hint
+            .iter()
+            .flat_map(|hint| &hint.actions)
+            .map(|action| serde_json::to_value(action).unwrap())
+            .collect();
+        if expect_fetch {
+            let hashes: Vec<u64> = (5..8).map(|index| engine(1, index)).collect();
+            assert_eq!(
+                actions,
+                [json!({
+                    "action_id": "a1",
+                    "action_type": "kv.fetch",
+                    "action_version": "1.0",
+                    "payload": {"source_control_endpoint": endpoint(1), "block_hashes": hashes},
+                })]
+            );
+        } else {
+            assert!(actions.is_empty(), "{actions:?}");
+        }
+    }
+}
