@@ -106,7 +106,10 @@ fn write_json(out: &mut dyn Write, value: &impl Serialize) -> Result<(), Command
 }
 
 fn unknown(name: &str, registry: &PolicyRegistry) -> CommandError {
-    let names: Vec<&str> = registry.entries().map(|entry| entry.name.as_str()).collect();
+    let names: Vec<&str> = registry
+        .entries()
+        .map(|entry| entry.name.as_str())
+        .collect();
     let mut message = format!("no linked policy is named `{name}`");
     if let Some(closest) = name::closest(name, names.iter().copied()) {
         message.push_str(&format!("; did you mean `{closest}`?"));

@@ -52,16 +52,28 @@ pub fn summarize(
         setup.router_mode,
         setup.block_size,
         setup.roles.len(),
-        if setup.roles.len() == 1 { "role" } else { "roles" }
+        if setup.roles.len() == 1 {
+            "role"
+        } else {
+            "roles"
+        }
     )?;
     for (role, policies) in &setup.roles {
         writeln!(out, "{role}:")?;
-        let commits = if policies.selection.commitments.contains(Commitments::KV_COPY) {
+        let commits = if policies
+            .selection
+            .commitments
+            .contains(Commitments::KV_COPY)
+        {
             " (commits KV copies)"
         } else {
             ""
         };
-        writeln!(out, "  worker selection: {}{commits}", policies.selection_type)?;
+        writeln!(
+            out,
+            "  worker selection: {}{commits}",
+            policies.selection_type
+        )?;
         write_hints(setup.router_mode, policies, registry, out)?;
     }
     Ok(())
@@ -99,9 +111,9 @@ fn write_hints(
         let why = match hint.origin {
             HintOrigin::Listed => "listed".to_owned(),
             HintOrigin::Default => {
-                let any = registry.get(&hint.policy_type).is_some_and(|entry| {
-                    entry.defaults.contains(&HintHost::AnyWorkerSelection)
-                });
+                let any = registry
+                    .get(&hint.policy_type)
+                    .is_some_and(|entry| entry.defaults.contains(&HintHost::AnyWorkerSelection));
                 if any {
                     "default under any worker-selection policy".to_owned()
                 } else {

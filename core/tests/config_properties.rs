@@ -51,9 +51,40 @@ const PARAMETERS: &[&str] = &[
     "7",
     "null",
 ];
-const NAMES: &[Option<&str>] = &[None, None, None, None, None, Some("a"), Some("b"), Some("a b"), Some("''"), Some("kv_fetch")];
-const MODES: &[Option<&str>] = &[None, None, None, Some("kv"), Some("kv"), Some("round-robin"), Some("random"), Some("least-loaded"), Some("fast")];
-const BLOCK_SIZES: &[Option<&str>] = &[None, None, None, Some("16"), Some("16"), Some("1"), Some("0"), Some("-3"), Some("x")];
+const NAMES: &[Option<&str>] = &[
+    None,
+    None,
+    None,
+    None,
+    None,
+    Some("a"),
+    Some("b"),
+    Some("a b"),
+    Some("''"),
+    Some("kv_fetch"),
+];
+const MODES: &[Option<&str>] = &[
+    None,
+    None,
+    None,
+    Some("kv"),
+    Some("kv"),
+    Some("round-robin"),
+    Some("random"),
+    Some("least-loaded"),
+    Some("fast"),
+];
+const BLOCK_SIZES: &[Option<&str>] = &[
+    None,
+    None,
+    None,
+    Some("16"),
+    Some("16"),
+    Some("1"),
+    Some("0"),
+    Some("-3"),
+    Some("x"),
+];
 
 #[derive(Clone, Debug)]
 struct HintModel {
@@ -160,7 +191,10 @@ fn document_model() -> impl Strategy<Value = DocumentModel> {
         Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
     )
         .prop_map(|(mode, block_size, aggregated, prefill, decode, order)| {
-            let mut roles: Vec<RoleModel> = [aggregated, prefill, decode].into_iter().flatten().collect();
+            let mut roles: Vec<RoleModel> = [aggregated, prefill, decode]
+                .into_iter()
+                .flatten()
+                .collect();
             if order % 2 == 1 {
                 roles.reverse();
             }
@@ -179,16 +213,26 @@ fn assert_setup_keeps_the_rules(setup: &RouterSetup, registry: &PolicyRegistry) 
         assert!(!setup.roles.is_empty());
     }
     for (role, policies) in &setup.roles {
-        assert!(registry.worker_selection_policy(&policies.selection_type).is_ok());
+        assert!(
+            registry
+                .worker_selection_policy(&policies.selection_type)
+                .is_ok()
+        );
         if setup.router_mode != RouterMode::Kv {
             assert!(policies.hints.is_empty(), "{role}: hints outside KV mode");
         }
         let mut labels = HashSet::new();
         for hint in &policies.hints {
             assert!(registry.hint_policy(&hint.policy_type).is_ok());
-            assert!(labels.insert(hint.label().to_owned()), "{role}: duplicate label");
+            assert!(
+                labels.insert(hint.label().to_owned()),
+                "{role}: duplicate label"
+            );
             if let Some(name) = &hint.name {
-                assert!(name::check_syntax(name).is_ok(), "{role}: bad name {name:?}");
+                assert!(
+                    name::check_syntax(name).is_ok(),
+                    "{role}: bad name {name:?}"
+                );
             }
             let repeats = policies
                 .hints
@@ -199,9 +243,16 @@ fn assert_setup_keeps_the_rules(setup: &RouterSetup, registry: &PolicyRegistry) 
                 assert!(hint.name.is_some(), "{role}: repeated type without a name");
             }
         }
-        let defaults = policies.hints.iter().filter(|hint| hint.origin == HintOrigin::Default);
+        let defaults = policies
+            .hints
+            .iter()
+            .filter(|hint| hint.origin == HintOrigin::Default);
         if defaults.clone().count() > 0 {
-            assert_eq!(defaults.clone().count(), policies.hints.len(), "{role}: mixed origins");
+            assert_eq!(
+                defaults.clone().count(),
+                policies.hints.len(),
+                "{role}: mixed origins"
+            );
             let expected: Vec<&str> = registry
                 .default_hint_policies(&policies.selection_type)
                 .map(|entry| entry.name.as_str())
@@ -210,7 +261,10 @@ fn assert_setup_keeps_the_rules(setup: &RouterSetup, registry: &PolicyRegistry) 
             assert_eq!(actual, expected, "{role}: defaults not in name order");
         }
         if setup.router_mode == RouterMode::Kv
-            && policies.selection.commitments.contains(Commitments::KV_COPY)
+            && policies
+                .selection
+                .commitments
+                .contains(Commitments::KV_COPY)
         {
             let senders = policies
                 .hints
@@ -251,14 +305,45 @@ enum Mutation {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     let fragment = proptest::sample::select(vec![
-        " ", "\n", ":", "- ", "[", "]", "{", "}", ",", "&a ", "*a", "'", "\"", "#", "\t", "~",
-        "hints: []", "name: x", "type: kvcr", "parameters: {}", "kv_fetch", "  ", "0", "-1", "é",
-        "router_mode: round-robin\n", "!!str ", "<<: *a", "---\n", "\u{0}",
+        " ",
+        "\n",
+        ":",
+        "- ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        "&a ",
+        "*a",
+        "'",
+        "\"",
+        "#",
+        "\t",
+        "~",
+        "hints: []",
+        "name: x",
+        "type: kvcr",
+        "parameters: {}",
+        "kv_fetch",
+        "  ",
+        "0",
+        "-1",
+        "é",
+        "router_mode: round-robin\n",
+        "!!str ",
+        "<<: *a",
+        "---\n",
+        "\u{0}",
     ]);
     prop_oneof![
         (any::<usize>(), 1..8usize).prop_map(|(at, len)| Mutation::Delete { at, len }),
-        (any::<usize>(), proptest::collection::vec(fragment, 1..3))
-            .prop_map(|(at, parts)| Mutation::Insert { at, text: parts.concat() }),
+        (any::<usize>(), proptest::collection::vec(fragment, 1..3)).prop_map(|(at, parts)| {
+            Mutation::Insert {
+                at,
+                text: parts.concat(),
+            }
+        }),
         any::<usize>().prop_map(|line| Mutation::DuplicateLine { line }),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapLines { a, b }),
     ]

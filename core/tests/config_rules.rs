@@ -138,7 +138,8 @@ fn rule1_a_hint_type_used_as_a_selection_type_is_unknown_there() {
 
 #[test]
 fn rule1_known_types_pass() {
-    let setup = load("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv_fetch}]\n");
+    let setup =
+        load("worker_selection:\n  decode:\n    type: kvcr\n    hints: [{type: kv_fetch}]\n");
     assert!(setup.is_ok());
 }
 
@@ -175,7 +176,10 @@ worker_selection:
 ";
     let error = failure(yaml);
     assert_eq!(at(&error), (8, 23));
-    let ConfigProblem::Parameters { error: rejection, .. } = &error.problem else {
+    let ConfigProblem::Parameters {
+        error: rejection, ..
+    } = &*error.problem
+    else {
         panic!("expected a parameter error, got {error}");
     };
     assert_eq!(
@@ -183,9 +187,9 @@ worker_selection:
         "worker_selection.decode.hints[1].parameters.max_blocks: invalid type: string \"x\", expected usize"
     );
     assert!(
-        error
-            .to_string()
-            .ends_with("run `kv-router catalog describe harness_prefetch` for the policy's parameters)"),
+        error.to_string().ends_with(
+            "run `kv-router catalog describe harness_prefetch` for the policy's parameters)"
+        ),
         "{error}"
     );
 }
@@ -255,9 +259,9 @@ worker_selection:
     let error = failure(yaml);
     assert_eq!(at(&error), (5, 9));
     assert!(
-        error.to_string().contains(
-            "worker_selection.decode.hints[0].parameters: missing field `max_blocks`"
-        ),
+        error
+            .to_string()
+            .contains("worker_selection.decode.hints[0].parameters: missing field `max_blocks`"),
         "{error}"
     );
 }
@@ -280,8 +284,9 @@ worker_selection:
 
 #[test]
 fn rule3_an_empty_list_runs_no_hints_even_where_defaults_exist() {
-    let setup = load("worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: []\n")
-        .unwrap();
+    let setup =
+        load("worker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: []\n")
+            .unwrap();
     assert!(setup.roles[&Role::Decode].hints.is_empty());
 }
 
@@ -411,7 +416,9 @@ worker_selection:
 ";
     let error = failure(yaml);
     assert!(
-        error.to_string().contains("hint name `audit_log` is already used by worker_selection.decode.hints[0]"),
+        error
+            .to_string()
+            .contains("hint name `audit_log` is already used by worker_selection.decode.hints[0]"),
         "{error}"
     );
 }
@@ -470,13 +477,16 @@ fn rule5_the_command_line_mode_applies_before_the_check() {
     };
     let kv_file = HINTED.replace("round-robin", "kv");
     let error = load_with(&kv_file, random).err().unwrap();
-    assert!(error.to_string().contains("router_mode is `random`"), "{error}");
+    assert!(
+        error.to_string().contains("router_mode is `random`"),
+        "{error}"
+    );
 }
 
 #[test]
 fn rule5_an_empty_list_and_defaults_are_fine_outside_kv_mode() {
-    let setup = load(&HINTED.replace("    hints:\n      - type: audit_log\n", "    hints: []\n"))
-        .unwrap();
+    let setup =
+        load(&HINTED.replace("    hints:\n      - type: audit_log\n", "    hints: []\n")).unwrap();
     assert!(setup.roles[&Role::Decode].hints.is_empty());
     // Without a `hints` key no default hint is attached: hints never run outside KV mode.
     let setup = load("router_mode: least-loaded\nworker_selection:\n  decode: kvcr\n").unwrap();
@@ -503,8 +513,16 @@ worker_selection:
          commits KV copies, but the role runs no hint policy that sends them; add exactly one to \
          `hints` (linked: `copy_too`, `kv_fetch`), or configure `kvcr` not to commit copies"
     );
-    let error = failure(&yaml.replace("      - type: audit_log\n", "").replace("hints:", "hints: []"));
-    assert!(error.to_string().contains("runs no hint policy that sends them"));
+    let error = failure(
+        &yaml
+            .replace("      - type: audit_log\n", "")
+            .replace("hints:", "hints: []"),
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("runs no hint policy that sends them")
+    );
 }
 
 #[test]
@@ -530,11 +548,22 @@ worker_selection:
 
 #[test]
 fn rule6_exactly_one_sender_passes_and_a_non_committing_instance_needs_none() {
-    assert!(load(&REFERENCE_YAML.replace("      - type: kv_fetch\n        parameters: {min_additional_blocks: 4}\n", "      - type: copy_too\n")).is_ok());
+    assert!(
+        load(&REFERENCE_YAML.replace(
+            "      - type: kv_fetch\n        parameters: {min_additional_blocks: 4}\n",
+            "      - type: copy_too\n"
+        ))
+        .is_ok()
+    );
     // kvcr with the default multiplier commits nothing: no sender needed.
     assert!(load("worker_selection:\n  decode: {type: kvcr, hints: []}\n").is_ok());
     // Its default hints include the sender.
-    assert!(load("worker_selection:\n  decode: {type: kvcr, parameters: {shared_cache_multiplier: 1}}\n").is_ok());
+    assert!(
+        load(
+            "worker_selection:\n  decode: {type: kvcr, parameters: {shared_cache_multiplier: 1}}\n"
+        )
+        .is_ok()
+    );
 }
 
 // Rule 7: duplicate keys, unknown keys, alias bombs, oversized files; nothing panics.
@@ -548,7 +577,8 @@ fn rule7_duplicate_keys_fail_at_the_second_key() {
         "router.yaml:4:1: duplicate mapping key `block_size` is not allowed here; each key may appear \
          once in a mapping: remove or merge the repeated key"
     );
-    let error = failure("worker_selection:\n  decode:\n    type: kvcr\n    parameters: {a: 1, a: 2}\n");
+    let error =
+        failure("worker_selection:\n  decode:\n    type: kvcr\n    parameters: {a: 1, a: 2}\n");
     assert_eq!(at(&error), (4, 24));
 }
 
@@ -563,15 +593,24 @@ fn rule7_unknown_keys_fail_at_every_level() {
     );
     let error = failure("worker_selection:\n  deocde: kvcr\n");
     assert_eq!(at(&error), (2, 3));
-    assert!(error.to_string().contains("unknown field `deocde`"), "{error}");
+    assert!(
+        error.to_string().contains("unknown field `deocde`"),
+        "{error}"
+    );
     let error = failure("worker_selection:\n  decode:\n    type: kvcr\n    hint: []\n");
     assert_eq!(at(&error), (4, 5));
-    assert!(error.to_string().contains("unknown field `hint`"), "{error}");
+    assert!(
+        error.to_string().contains("unknown field `hint`"),
+        "{error}"
+    );
     let error = failure(
         "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - type: kv_fetch\n        nmae: x\n",
     );
     assert_eq!(at(&error), (6, 9));
-    assert!(error.to_string().contains("unknown field `nmae`"), "{error}");
+    assert!(
+        error.to_string().contains("unknown field `nmae`"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -590,7 +629,10 @@ worker_selection:
       g: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
 ";
     let error = failure(yaml);
-    assert!(matches!(error.problem, ConfigProblem::Budget { .. }), "{error}");
+    assert!(
+        matches!(*error.problem, ConfigProblem::Budget { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("safety budget"), "{error}");
     assert!(error.position.line >= 8, "{error}");
     // A few aliases are fine.
@@ -607,24 +649,43 @@ worker_selection:
 
 #[test]
 fn rule7_oversized_files_are_refused_before_parsing() {
-    let big = format!("# {}\nworker_selection:\n  decode: kvcr\n", "x".repeat(MAX_CONFIG_BYTES));
+    let big = format!(
+        "# {}\nworker_selection:\n  decode: kvcr\n",
+        "x".repeat(MAX_CONFIG_BYTES)
+    );
     let error = failure(&big);
-    assert!(matches!(error.problem, ConfigProblem::TooLarge { .. }), "{error}");
+    assert!(
+        matches!(*error.problem, ConfigProblem::TooLarge { .. }),
+        "{error}"
+    );
     assert_eq!(error.position, Position::UNKNOWN);
-    assert!(error.to_string().starts_with("router.yaml: the configuration is"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("router.yaml: the configuration is"),
+        "{error}"
+    );
 
     let dir = std::env::temp_dir().join(format!("kv-router-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("big.yaml");
     std::fs::write(&path, &big).unwrap();
     let error = ConfigSource::read(&path).err().unwrap();
-    assert!(matches!(error.problem, ConfigProblem::TooLarge { .. }), "{error}");
+    assert!(
+        matches!(*error.problem, ConfigProblem::TooLarge { .. }),
+        "{error}"
+    );
     let path = dir.join("small.yaml");
     std::fs::write(&path, PAGE_YAML).unwrap();
     assert_eq!(ConfigSource::read(&path).unwrap().text, PAGE_YAML);
     std::fs::remove_dir_all(&dir).unwrap();
-    let error = ConfigSource::read("/nonexistent/router.yaml".as_ref()).err().unwrap();
-    assert!(error.to_string().contains("cannot read the configuration"), "{error}");
+    let error = ConfigSource::read("/nonexistent/router.yaml".as_ref())
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("cannot read the configuration"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -633,16 +694,22 @@ fn rule7_malformed_documents_fail_with_a_position() {
         ("worker_selection:\n  decode: [kvcr\n", 2),
         ("- 1\n", 1),
         ("worker_selection:\n  decode:\n", 2),
-        ("worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - kv_fetch\n", 5),
+        (
+            "worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - kv_fetch\n",
+            5,
+        ),
         ("block_size: -1\n", 1),
         ("---\nblock_size: 1\n---\nblock_size: 2\n", 3),
     ] {
         let error = failure(yaml);
         assert_eq!(error.position.line, line, "{yaml:?}: {error}");
     }
-    let error = failure("worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - kv_fetch\n");
+    let error =
+        failure("worker_selection:\n  decode:\n    type: kvcr\n    hints:\n      - kv_fetch\n");
     assert!(
-        error.to_string().contains("expected a hint entry: a mapping with `type`"),
+        error
+            .to_string()
+            .contains("expected a hint entry: a mapping with `type`"),
         "{error}"
     );
 }
@@ -653,14 +720,23 @@ fn rule7_malformed_documents_fail_with_a_position() {
 fn router_mode_and_block_size_are_checked() {
     let error = failure("router_mode: fast\nworker_selection:\n  decode: kvcr\n");
     assert_eq!(at(&error), (1, 14));
-    assert!(error.to_string().contains("unknown router mode `fast`"), "{error}");
+    assert!(
+        error.to_string().contains("unknown router mode `fast`"),
+        "{error}"
+    );
     let error = failure("block_size: 0\nworker_selection:\n  decode: kvcr\n");
     assert_eq!(at(&error), (1, 13));
-    assert!(error.to_string().contains("block_size: must be at least 1"), "{error}");
+    assert!(
+        error.to_string().contains("block_size: must be at least 1"),
+        "{error}"
+    );
     let setup = load("router_mode: random\nblock_size: 64\n").unwrap();
-    assert_eq!((setup.router_mode, setup.block_size), (RouterMode::Random, 64));
+    assert_eq!(
+        (setup.router_mode, setup.block_size),
+        (RouterMode::Random, 64)
+    );
     let error = failure("block_size: 16\n");
-    assert!(matches!(error.problem, ConfigProblem::NoRoles), "{error}");
+    assert!(matches!(*error.problem, ConfigProblem::NoRoles), "{error}");
 }
 
 #[test]

@@ -19,9 +19,9 @@ pub struct ConfigError {
     pub position: Position,
     /// The role whose entry is wrong, if the problem is inside one.
     pub role: Option<Role>,
-    /// What is wrong.
+    /// What is wrong (boxed: the error travels through every startup check).
     #[source]
-    pub problem: ConfigProblem,
+    pub problem: Box<ConfigProblem>,
 }
 
 impl ConfigError {
@@ -43,7 +43,7 @@ impl ConfigError {
             file: file.to_owned(),
             position,
             role,
-            problem,
+            problem: Box::new(problem),
         }
     }
 
@@ -90,13 +90,17 @@ pub enum ConfigProblem {
         message: String,
     },
     /// `router_mode` is not a known mode.
-    #[error("router_mode: unknown router mode `{value}`; use one of: kv, round-robin, random, least-loaded")]
+    #[error(
+        "router_mode: unknown router mode `{value}`; use one of: kv, round-robin, random, least-loaded"
+    )]
     UnknownRouterMode {
         /// The value written.
         value: String,
     },
     /// `block_size` is zero.
-    #[error("block_size: must be at least 1; set it to the engines' KV block size in tokens (for example 16)")]
+    #[error(
+        "block_size: must be at least 1; set it to the engines' KV block size in tokens (for example 16)"
+    )]
     ZeroBlockSize,
     /// KV mode with no role configured.
     #[error(
@@ -104,7 +108,9 @@ pub enum ConfigProblem {
     )]
     NoRoles,
     /// A `type` names no linked policy of the right kind.
-    #[error("{path}: {source}; run `kv-router catalog` to list the linked policies, or link the crate that provides it")]
+    #[error(
+        "{path}: {source}; run `kv-router catalog` to list the linked policies, or link the crate that provides it"
+    )]
     UnknownPolicy {
         /// The entry's path, such as `worker_selection.decode.hints[0].type`.
         path: String,
@@ -122,7 +128,9 @@ pub enum ConfigProblem {
         found: &'static str,
     },
     /// A provider rejected its parameters (the error's path starts at `worker_selection`).
-    #[error("{error}; fix the value (run `kv-router catalog describe {policy}` for the policy's parameters)")]
+    #[error(
+        "{error}; fix the value (run `kv-router catalog describe {policy}` for the policy's parameters)"
+    )]
     Parameters {
         /// The rejection, with the full field path.
         error: ParameterError,
@@ -170,7 +178,9 @@ pub enum ConfigProblem {
         count: usize,
     },
     /// Two hint entries of a role share a name (or a name equals an unnamed entry's type).
-    #[error("{path}: hint name `{name}` is already used by {other} in this role; names within a role must be unique")]
+    #[error(
+        "{path}: hint name `{name}` is already used by {other} in this role; names within a role must be unique"
+    )]
     DuplicateHintName {
         /// The path of the second `name`.
         path: String,

@@ -154,7 +154,10 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(ParameterValue::Null)
     }
 
-    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+    fn visit_some<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
         ParameterValue::deserialize(deserializer)
     }
 
@@ -214,7 +217,9 @@ impl<'de> Visitor<'de> for ValueVisitor {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value::<ParameterNode>()?;
             if entries.iter().any(|(existing, _)| *existing == key) {
-                return Err(de::Error::custom(format!("duplicate parameter key `{key}`")));
+                return Err(de::Error::custom(format!(
+                    "duplicate parameter key `{key}`"
+                )));
             }
             entries.push((key, value));
         }

@@ -321,7 +321,13 @@ impl Builder<'_> {
                         },
                     )
                 })?;
-            hints.push(self.role_hint(role, policy, hint.name.as_ref(), HintOrigin::Listed, constructed));
+            hints.push(self.role_hint(
+                role,
+                policy,
+                hint.name.as_ref(),
+                HintOrigin::Listed,
+                constructed,
+            ));
         }
         Ok(hints)
     }

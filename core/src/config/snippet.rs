@@ -54,6 +54,14 @@ fn visible(text: &str, skip: usize) -> String {
     text.chars()
         .skip(skip)
         .take(MAX_SHOWN_CHARS)
-        .map(|c| if c == '\t' { ' ' } else if c.is_control() { '�' } else { c })
+        .map(|c| {
+            if c == '\t' {
+                ' '
+            } else if c.is_control() {
+                '�'
+            } else {
+                c
+            }
+        })
         .collect()
 }
