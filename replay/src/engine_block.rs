@@ -3,7 +3,7 @@
 //! from the sequence hash the router matches on.
 
 const MULTIPLIER: u64 = 0xD1B5_4A32_D192_ED03;
-const MASK: u64 = 0x5EED_0F_B10C_5EED;
+const MASK: u64 = 0x005E_ED0F_B10C_5EED;
 
 const fn inverse(multiplier: u64) -> u64 {
     // Newton's iteration for the inverse modulo 2^64 of an odd number.

@@ -20,6 +20,9 @@ use std::collections::{HashMap, HashSet};
 /// (source index, sequence hashes to name).
 type Decision = (usize, Option<(usize, Vec<u64>)>);
 
+/// The stand-in's booking rule.
+type Decide = Box<dyn Fn(&State, &RouteRequest) -> Decision>;
+
 #[derive(Default)]
 struct State {
     workers: Vec<WorkerInfo>,
@@ -34,7 +37,7 @@ struct State {
 
 struct StandIn {
     state: RefCell<State>,
-    decide: Box<dyn Fn(&State, &RouteRequest) -> Decision>,
+    decide: Decide,
 }
 
 impl StandIn {
