@@ -46,6 +46,14 @@ fn builtin_configurations_on_the_generated_workload() {
     let comparison = compare(&workload, Vec::new(), &configs, &options).unwrap();
     println!("{}", comparison.table());
     check_invariants(&comparison);
+    // Seeded workload and seeded policies: the same replay gives the same measurements.
+    // (Configurations are loaded afresh: a policy's random state advances as it books.)
+    let fresh = builtin_configs(&registry(), &ConfigOverrides::default()).unwrap();
+    let again = compare(&workload, Vec::new(), &fresh, &options).unwrap();
+    for (first, second) in comparison.configs.iter().zip(&again.configs) {
+        assert_eq!(first.stages, second.stages);
+        assert_eq!(first.ttft_ms, second.ttft_ms);
+    }
     let (hinted, plain) = (&comparison.configs[0], &comparison.configs[1]);
     assert!(hinted.hints.hints_sent > 0 && hinted.hints.fetch_actions > 0);
     assert_eq!(plain.hints.hints_sent, 0);
