@@ -60,7 +60,7 @@ fn bench_ingest(c: &mut Criterion) {
                     let mut removes = Vec::with_capacity(EVENTS_PER_BATCH);
                     // One event per worker per batch, so each worker's store (id n) is applied
                     // before its removal (id n + 1) even though all stores run first.
-                    for w in 0..EVENTS_PER_BATCH {
+                    for (w, event_id) in next_id.iter_mut().enumerate() {
                         let chain = &chains[rng.below(chains.len() as u64) as usize];
                         let start = rng.below((chain.len() - blocks_per_event) as u64) as usize;
                         let window = &chain[start..start + blocks_per_event];
@@ -73,7 +73,7 @@ fn bench_ingest(c: &mut Criterion) {
                             .collect();
                         stores.push(KvEvent::new(
                             worker(w as u64),
-                            next_id[w],
+                            *event_id,
                             KvEventData::Stored {
                                 parent_hash: start.checked_sub(1).map(|p| engine_of(chain[p])),
                                 blocks: window
@@ -87,10 +87,10 @@ fn bench_ingest(c: &mut Criterion) {
                         ));
                         removes.push(KvEvent::new(
                             worker(w as u64),
-                            next_id[w] + 1,
+                            *event_id + 1,
                             KvEventData::Removed { block_hashes: new },
                         ));
-                        next_id[w] += 2;
+                        *event_id += 2;
                     }
                     let start = Instant::now();
                     for event in &stores {

@@ -129,7 +129,7 @@ fn main() {
             measure(&plan, &shared, false),
         );
         report(
-            &format!("  same, per-worker engine ids"),
+            "  same, per-worker engine ids",
             measure(&plan, &shared, true),
         );
     }
