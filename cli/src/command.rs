@@ -2,6 +2,7 @@
 
 use crate::catalog::CatalogArgs;
 use crate::check::CheckArgs;
+use crate::replay::ReplayArgs;
 use clap::{Parser, Subcommand};
 
 /// A KV-aware request router with worker-selection and hint-policy plugins.
@@ -20,4 +21,6 @@ pub enum Command {
     Catalog(CatalogArgs),
     /// Check a configuration file: the policies each role runs, or the first mistake.
     Check(CheckArgs),
+    /// Replay a workload through the router on a simulated cluster and compare configurations.
+    Replay(ReplayArgs),
 }

@@ -15,6 +15,12 @@ pub enum CommandError {
         /// What was asked and what is linked.
         message: String,
     },
+    /// A replay could not run (unreadable trace, bad cluster parameter, unwritable report).
+    #[error("error: {message}\n")]
+    Replay {
+        /// What went wrong and what to do.
+        message: String,
+    },
     /// The output could not be written.
     #[error("error: cannot write the output: {0}\n")]
     Output(#[from] std::io::Error),

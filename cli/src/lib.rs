@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod check;
 pub mod command;
 pub mod command_error;
+pub mod replay;
 
 use clap::Parser;
 use command::{Cli, Command};
@@ -80,6 +81,7 @@ where
     let outcome = match cli.command {
         Command::Catalog(args) => catalog::run(&args, registry, out),
         Command::Check(args) => check::run(&args, registry, out),
+        Command::Replay(args) => replay::run(&args, registry, out),
     };
     match outcome {
         Ok(()) => EXIT_OK,

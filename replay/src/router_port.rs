@@ -1,0 +1,41 @@
+//! The part of the router a simulated cluster drives: registration, KV events, bookings and
+//! completions. [`Router`] implements it; tests use small stand-ins.
+
+use dynamo_kv_router::kv::KvEvent;
+use dynamo_kv_router::router::{BookError, Booking, RouteRequest, Router, RouterError, WorkerInfo};
+
+/// What the simulation needs from a router.
+pub trait RouterPort {
+    /// Registers a simulated worker.
+    fn register_worker(&self, info: WorkerInfo) -> Result<(), RouterError>;
+    /// Delivers one KV event the worker published.
+    fn apply_event(&self, event: &KvEvent);
+    /// Books a request.
+    fn book(&self, request: &RouteRequest) -> Result<Booking, BookError>;
+    /// Reports the end of a request's prefill.
+    fn prefill_complete(&self, request_id: &str);
+    /// Reports the end of a request.
+    fn release(&self, request_id: &str);
+}
+
+impl RouterPort for Router {
+    fn register_worker(&self, info: WorkerInfo) -> Result<(), RouterError> {
+        Router::register_worker(self, info)
+    }
+
+    fn apply_event(&self, event: &KvEvent) {
+        let _ = Router::apply_event(self, event);
+    }
+
+    fn book(&self, request: &RouteRequest) -> Result<Booking, BookError> {
+        Router::book(self, request)
+    }
+
+    fn prefill_complete(&self, request_id: &str) {
+        Router::prefill_complete(self, request_id);
+    }
+
+    fn release(&self, request_id: &str) {
+        Router::release(self, request_id);
+    }
+}

@@ -1,0 +1,346 @@
+//! Per-configuration figures computed from a simulation: hit rates, TTFT, load balance, hints,
+//! the router's own booking latency and throughput.
+
+use crate::outcome::SimulationResult;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Points on the hit-rate-over-time curve.
+const TIME_BUCKETS: usize = 40;
+/// Most points kept on the TTFT CDF.
+const CDF_POINTS: usize = 200;
+
+/// How one stage's blocks were obtained, block-weighted over all requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StageSummary {
+    /// The role booked in this stage.
+    pub role: String,
+    /// Requests served in this stage.
+    pub served: usize,
+    /// Full prompt blocks.
+    pub blocks: u64,
+    /// Blocks the booked worker held.
+    pub local: u64,
+    /// Blocks copied from a peer by a `kv.fetch` and used.
+    pub fetched: u64,
+    /// Blocks computed (in a decode stage after prefill: transferred from the prefill worker).
+    pub recomputed: u64,
+    /// `local / blocks`.
+    pub local_rate: f64,
+    /// `fetched / blocks`.
+    pub fetched_rate: f64,
+    /// `recomputed / blocks`.
+    pub recomputed_rate: f64,
+    /// Blocks copied that could not be used.
+    pub fetch_wasted: u64,
+    /// Blocks a `kv.fetch` named that the source had already evicted.
+    pub hint_blocks_evicted: u64,
+    /// Requests whose local + fetched + recomputed differed from their blocks (always 0).
+    pub conservation_violations: u64,
+}
+
+/// p50, p90, p99 and mean of a distribution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `values` (sorted in place).
+    pub fn of(values: &mut [f64]) -> Self {
+        if values.is_empty() {
+            return Self::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            values[index]
+        };
+        Self {
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+        }
+    }
+}
+
+/// The busy time of one role's workers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoleLoad {
+    /// The role.
+    pub role: String,
+    /// Busy seconds (prefill, fetch and transfer) of each worker, in worker order.
+    pub busy_s: Vec<f64>,
+    /// Max over mean busy time: 1.0 is perfectly balanced.
+    pub max_over_mean: f64,
+}
+
+/// One point of the hit rate over time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct HitRatePoint {
+    /// Start of the window, in seconds of virtual time (by arrival).
+    pub t_s: f64,
+    /// Share of blocks local in the first stage.
+    pub local: f64,
+    /// Share of blocks local or fetched in the first stage.
+    pub reused: f64,
+}
+
+/// Hints and actions the router sent, and what became of them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HintSummary {
+    /// Bookings that carried a hint.
+    pub hints_sent: u64,
+    /// Actions in those hints.
+    pub actions: u64,
+    /// `kv.fetch` actions executed.
+    pub fetch_actions: u64,
+    /// Other action types (counted and ignored).
+    pub other_actions: u64,
+    /// `kv.fetch` actions that named an unknown source or had a bad payload.
+    pub unusable_fetch_actions: u64,
+    /// Actions dropped at the router's cap.
+    pub actions_dropped: u64,
+    /// Hint policies that failed.
+    pub policy_failures: u64,
+}
+
+/// The router's own cost: wall clock of its `book()` calls, and of the whole replay.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RouterCost {
+    /// Successful bookings.
+    pub bookings: u64,
+    /// Median `book()` latency in microseconds.
+    pub book_p50_us: f64,
+    /// 99th percentile `book()` latency in microseconds.
+    pub book_p99_us: f64,
+    /// Bookings per second of time spent inside `book()`.
+    pub bookings_per_s_router: f64,
+    /// Bookings per second of the whole replay (simulation, events and router).
+    pub bookings_per_s_end_to_end: f64,
+    /// KV events delivered.
+    pub events: u64,
+    /// Wall-clock time inside the router's `apply_event`, in milliseconds.
+    pub event_apply_ms: f64,
+    /// Wall-clock time inside the router's `book()`, in milliseconds.
+    pub book_ms: f64,
+    /// Wall-clock duration of the replay, in milliseconds.
+    pub wall_ms: f64,
+}
+
+/// Everything reported for one configuration.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ConfigReport {
+    /// The configuration's name (file name or built-in name).
+    pub name: String,
+    /// The router mode it runs.
+    pub router_mode: String,
+    /// Requests in the workload.
+    pub requests: usize,
+    /// Requests served to the first token.
+    pub served: usize,
+    /// Failed bookings by reason.
+    pub book_failures: BTreeMap<String, usize>,
+    /// Per stage (aggregated, or prefill then decode).
+    pub stages: Vec<StageSummary>,
+    /// Estimated time to first token, milliseconds.
+    pub ttft_ms: Percentiles,
+    /// Load balance per role.
+    pub load: Vec<RoleLoad>,
+    /// Hints and actions.
+    pub hints: HintSummary,
+    /// The router's own cost.
+    pub router: RouterCost,
+    /// Virtual time the replay covered, in seconds.
+    pub virtual_s: f64,
+    /// Hit rate of the first stage over time.
+    pub hit_rate_over_time: Vec<HitRatePoint>,
+    /// TTFT CDF: (milliseconds, fraction of served requests at or below).
+    pub ttft_cdf: Vec<(f64, f64)>,
+}
+
+impl ConfigReport {
+    /// Whether every request conserved its blocks in every stage.
+    pub fn conservation_holds(&self) -> bool {
+        self.stages.iter().all(|s| s.conservation_violations == 0)
+    }
+
+    /// Summarises one simulation.
+    pub fn from_result(name: &str, router_mode: &str, result: &SimulationResult) -> Self {
+        let mut stages: Vec<StageSummary> = result
+            .stages
+            .iter()
+            .map(|role| StageSummary {
+                role: role.to_string(),
+                ..StageSummary::default()
+            })
+            .collect();
+        for outcome in &result.stage_outcomes {
+            let Some(stage) = stages.get_mut(outcome.stage as usize) else {
+                continue;
+            };
+            stage.served += 1;
+            stage.blocks += u64::from(outcome.blocks);
+            stage.local += u64::from(outcome.local);
+            stage.fetched += u64::from(outcome.fetched);
+            stage.recomputed += u64::from(outcome.recomputed);
+            stage.fetch_wasted += u64::from(outcome.fetch_wasted);
+            stage.hint_blocks_evicted += u64::from(outcome.hint_blocks_evicted);
+            if u64::from(outcome.local) + u64::from(outcome.fetched) + u64::from(outcome.recomputed)
+                != u64::from(outcome.blocks)
+            {
+                stage.conservation_violations += 1;
+            }
+        }
+        for stage in &mut stages {
+            let blocks = stage.blocks.max(1) as f64;
+            stage.local_rate = stage.local as f64 / blocks;
+            stage.fetched_rate = stage.fetched as f64 / blocks;
+            stage.recomputed_rate = stage.recomputed as f64 / blocks;
+        }
+
+        let mut ttft: Vec<f64> = result
+            .requests
+            .iter()
+            .filter_map(|r| r.ttft_us.map(|us| us as f64 / 1000.0))
+            .collect();
+        let ttft_ms = Percentiles::of(&mut ttft);
+        let step = ttft.len().div_ceil(CDF_POINTS).max(1);
+        let mut ttft_cdf: Vec<(f64, f64)> = ttft
+            .iter()
+            .enumerate()
+            .skip(step - 1)
+            .step_by(step)
+            .map(|(i, ms)| (*ms, (i + 1) as f64 / ttft.len() as f64))
+            .collect();
+        if let Some(last) = ttft.last()
+            && ttft_cdf.last().is_none_or(|(_, f)| *f < 1.0)
+        {
+            ttft_cdf.push((*last, 1.0));
+        }
+
+        let mut load = Vec::new();
+        for role in &result.stages {
+            let busy_s: Vec<f64> = result
+                .workers
+                .iter()
+                .filter(|w| w.role == *role)
+                .map(|w| w.busy_us as f64 / 1e6)
+                .collect();
+            let mean = busy_s.iter().sum::<f64>() / busy_s.len().max(1) as f64;
+            let max = busy_s.iter().copied().fold(0.0, f64::max);
+            load.push(RoleLoad {
+                role: role.to_string(),
+                busy_s,
+                max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
+            });
+        }
+
+        let mut hints = HintSummary::default();
+        let mut latencies: Vec<f64> = Vec::with_capacity(result.bookings.len());
+        let mut book_ns = 0u64;
+        for booking in &result.bookings {
+            hints.hints_sent += u64::from(booking.hint);
+            hints.actions += u64::from(booking.actions);
+            hints.fetch_actions += u64::from(booking.fetch_actions);
+            hints.other_actions += u64::from(booking.other_actions);
+            hints.unusable_fetch_actions += u64::from(booking.unusable_fetch_actions);
+            hints.actions_dropped += u64::from(booking.actions_dropped);
+            hints.policy_failures += u64::from(booking.policy_failures);
+            latencies.push(booking.latency_ns as f64 / 1000.0);
+            book_ns += booking.latency_ns;
+        }
+        let book = Percentiles::of(&mut latencies);
+        let bookings = result.bookings.len() as u64;
+        let wall_s = result.wall.as_secs_f64();
+        let router = RouterCost {
+            bookings,
+            book_p50_us: book.p50,
+            book_p99_us: book.p99,
+            bookings_per_s_router: if book_ns > 0 {
+                bookings as f64 / (book_ns as f64 / 1e9)
+            } else {
+                0.0
+            },
+            bookings_per_s_end_to_end: if wall_s > 0.0 {
+                bookings as f64 / wall_s
+            } else {
+                0.0
+            },
+            events: result.events,
+            event_apply_ms: result.event_ns as f64 / 1e6,
+            book_ms: book_ns as f64 / 1e6,
+            wall_ms: wall_s * 1000.0,
+        };
+
+        Self {
+            name: name.to_owned(),
+            router_mode: router_mode.to_owned(),
+            requests: result.requests.len(),
+            served: ttft.len(),
+            book_failures: result.book_failures.clone(),
+            stages,
+            ttft_ms,
+            load,
+            hints,
+            router,
+            virtual_s: result.virtual_end_us as f64 / 1e6,
+            hit_rate_over_time: hit_rate_over_time(result),
+            ttft_cdf,
+        }
+    }
+}
+
+fn hit_rate_over_time(result: &SimulationResult) -> Vec<HitRatePoint> {
+    let Some(last) = result.requests.iter().map(|r| r.arrival_us).max() else {
+        return Vec::new();
+    };
+    let first = result
+        .requests
+        .iter()
+        .map(|r| r.arrival_us)
+        .min()
+        .unwrap_or(0);
+    let width = ((last - first) / TIME_BUCKETS as u64).max(1);
+    let mut buckets = vec![(0u64, 0u64, 0u64); TIME_BUCKETS];
+    for outcome in result.stage_outcomes.iter().filter(|o| o.stage == 0) {
+        let arrival = result.requests[outcome.request as usize].arrival_us;
+        let index = (((arrival - first) / width) as usize).min(TIME_BUCKETS - 1);
+        let bucket = &mut buckets[index];
+        bucket.0 += u64::from(outcome.blocks);
+        bucket.1 += u64::from(outcome.local);
+        bucket.2 += u64::from(outcome.fetched);
+    }
+    buckets
+        .iter()
+        .enumerate()
+        .filter(|(_, (blocks, _, _))| *blocks > 0)
+        .map(|(index, (blocks, local, fetched))| HitRatePoint {
+            t_s: (first + index as u64 * width) as f64 / 1e6,
+            local: *local as f64 / *blocks as f64,
+            reused: (*local + *fetched) as f64 / *blocks as f64,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut values: Vec<f64> = (1..=100).map(f64::from).rev().collect();
+        let p = Percentiles::of(&mut values);
+        assert_eq!((p.p50, p.p90, p.p99), (50.0, 90.0, 99.0));
+        assert_eq!(p.mean, 50.5);
+        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
+    }
+}
