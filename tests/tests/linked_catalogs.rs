@@ -14,7 +14,9 @@ macro_rules! linked_catalogs {
 }
 
 linked_catalogs! {
+    dynamo_router_catalog => ["dynamo-default-cost-fn", "kv_fetch", "kvcr"],
     harness_prefetch => ["harness_prefetch"],
+    session_affinity => ["session-affinity"],
 }
 
 #[test]
@@ -38,4 +40,19 @@ fn every_linked_catalog_registers_its_policies() {
             );
         }
     }
+}
+
+#[test]
+fn nothing_but_the_listed_catalogs_is_linked() {
+    let registry = PolicyRegistry::linked().expect("the linked registrations are valid");
+    let mut expected: Vec<&str> = CATALOGS
+        .iter()
+        .flat_map(|(_, names)| names.iter().copied())
+        .collect();
+    expected.sort_unstable();
+    let linked: Vec<&str> = registry
+        .entries()
+        .map(|entry| entry.name.as_str())
+        .collect();
+    assert_eq!(linked, expected, "list every linked catalog above");
 }
