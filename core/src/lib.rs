@@ -11,5 +11,13 @@ pub mod plugins;
 pub mod router;
 pub mod wire;
 
+/// The `serde` this crate is built with. A plugin crate that depends on `dynamo-kv-router`
+/// alone derives `Deserialize` for its parameters with
+/// `#[serde(crate = "dynamo_kv_router::serde")]`.
+pub use serde;
+/// The `serde_json` this crate is built with: action payloads are `serde_json::Value`s, and
+/// `dynamo_kv_router::serde_json::json!` builds them without a dependency of your own.
+pub use serde_json;
+
 #[doc(hidden)]
 pub mod __private;

@@ -15,6 +15,7 @@ pub const PREFETCH_ACTION_VERSION: &str = "1.0";
 
 /// The parameters of `harness_prefetch`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(crate = "dynamo_kv_router::serde")]
 pub struct PrefetchConfig {
     /// The most blocks one hint asks the worker to prefetch.
     #[serde(default = "default_max_blocks")]
@@ -81,7 +82,7 @@ impl HintPolicy for HarnessPrefetch {
         Ok(vec![HintAction::new(
             PREFETCH_ACTION,
             PREFETCH_ACTION_VERSION,
-            serde_json::json!({
+            dynamo_kv_router::serde_json::json!({
                 "session_id": session_id,
                 "first_block": first_block,
                 "block_hashes": blocks,

@@ -4,7 +4,7 @@ use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::plugins::request_view::NoBlockLookup;
 use harness_prefetch as _;
 
-fn linked_prefetch(parameters: serde_json::Value) -> ConstructedHint {
+fn linked_prefetch(parameters: dynamo_kv_router::serde_json::Value) -> ConstructedHint {
     let registry = PolicyRegistry::linked().expect("the linked registrations are valid");
     let entry = registry
         .hint_policy("harness_prefetch")
@@ -74,7 +74,7 @@ fn linking_registers_the_macro_policy_with_its_description() {
 
 #[test]
 fn prefetches_up_to_max_blocks_past_the_cached_prefix_of_a_session() {
-    let policy = linked_prefetch(serde_json::json!({ "max_blocks": 2 }));
+    let policy = linked_prefetch(dynamo_kv_router::serde_json::json!({ "max_blocks": 2 }));
     let session = SessionContext::new("chat-42");
     let actions = hints(&policy, &session, 1);
     assert_eq!(
@@ -82,7 +82,7 @@ fn prefetches_up_to_max_blocks_past_the_cached_prefix_of_a_session() {
         [HintAction::new(
             "kv.prefetch",
             "1.0",
-            serde_json::json!({
+            dynamo_kv_router::serde_json::json!({
                 "session_id": "chat-42",
                 "first_block": 1,
                 "block_hashes": [22, 33],
@@ -95,17 +95,17 @@ fn prefetches_up_to_max_blocks_past_the_cached_prefix_of_a_session() {
 
 #[test]
 fn requests_outside_a_session_get_no_action() {
-    let policy = linked_prefetch(serde_json::json!({ "max_blocks": 64 }));
+    let policy = linked_prefetch(dynamo_kv_router::serde_json::json!({ "max_blocks": 64 }));
     assert!(hints(&policy, &SessionContext::default(), 0).is_empty());
 }
 
 #[test]
 fn max_blocks_defaults_and_unknown_fields_are_rejected() {
-    let policy = linked_prefetch(serde_json::Value::Null);
+    let policy = linked_prefetch(dynamo_kv_router::serde_json::Value::Null);
     let actions = hints(&policy, &SessionContext::new("s"), 0);
     assert_eq!(
         actions[0].payload["block_hashes"],
-        serde_json::json!([11, 22, 33, 44, 55])
+        dynamo_kv_router::serde_json::json!([11, 22, 33, 44, 55])
     );
 
     let registry = PolicyRegistry::linked().unwrap();
@@ -114,7 +114,7 @@ fn max_blocks_defaults_and_unknown_fields_are_rejected() {
         role: Role::Decode,
         block_size: 4,
     };
-    let typo = HintPolicyParameters::new(serde_json::json!({ "max_blcoks": 2 }));
+    let typo = HintPolicyParameters::new(dynamo_kv_router::serde_json::json!({ "max_blcoks": 2 }));
     let error = entry.construct_hint(typo, &partition).err().unwrap();
     assert_eq!(
         error.to_string(),
