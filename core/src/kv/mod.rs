@@ -1,6 +1,7 @@
 //! The KV side of routing: hashing prompts into blocks, the events workers publish about their
 //! caches, and the index that answers "how much of this prompt does each worker cache?".
 
+mod block_slab;
 pub mod event;
 pub mod event_outcome;
 pub mod hashing;
