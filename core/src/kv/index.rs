@@ -218,18 +218,17 @@ impl KvIndex {
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        self.pass(&mut sequence_hashes.iter().copied(), workers, out, |_| {});
+        self.pass(sequence_hashes, workers, out, |_| {});
     }
 
-    /// [`KvIndex::prefix_lengths`] over hashes produced as the pass goes (so hashing and probing
-    /// overlap), recording into `engines` the canonical engine hash of every block the pass
-    /// probed while some worker still continued the prefix: `engines[i]` is the canonical engine
-    /// hash of block `i` for every `i` below the longest prefix, and `engines.len()` is that
-    /// longest prefix. The pass takes hashes only until no worker continues (one past the longest
-    /// prefix); the caller drains the rest of `sequence_hashes` if it needs them.
+    /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
+    /// every block the pass probed while some worker still continued the prefix: `engines[i]` is
+    /// the canonical engine hash of block `i` for every `i` below the longest prefix, and
+    /// `engines.len()` is that longest prefix (one store per probed block: the pass reads the
+    /// block's entry anyway).
     pub fn prefix_lengths_and_engines(
         &self,
-        sequence_hashes: &mut impl Iterator<Item = u64>,
+        sequence_hashes: &[u64],
         workers: &[WorkerId],
         out: &mut Vec<usize>,
         engines: &mut Vec<u64>,
@@ -264,7 +263,7 @@ impl KvIndex {
     /// canonical engine hash of each position some worker continues.
     fn pass(
         &self,
-        hashes: &mut impl Iterator<Item = u64>,
+        hashes: &[u64],
         workers: &[WorkerId],
         out: &mut Vec<usize>,
         record: impl FnMut(u64),
@@ -293,19 +292,14 @@ impl KvIndex {
     }
 
     /// The pass when every slot is below 64: one holder mask per block.
-    fn pass_group0(
-        &self,
-        hashes: &mut impl Iterator<Item = u64>,
-        mask: u64,
-        mut record: impl FnMut(u64),
-    ) -> [u32; GROUP] {
+    fn pass_group0(&self, hashes: &[u64], mask: u64, mut record: impl FnMut(u64)) -> [u32; GROUP] {
         let mut lengths = [0u32; GROUP];
         let mut active = mask;
         if active == 0 {
             return lengths;
         }
         let mut position = 0u32;
-        for hash in hashes {
+        for &hash in hashes {
             let (held, engine) = match self.find_block(hash) {
                 Some(block) => {
                     let block = self.blocks.get(block);
@@ -335,7 +329,7 @@ impl KvIndex {
     /// The pass with slots of 64 and up: one holder mask per block and slot group.
     fn pass_groups(
         &self,
-        hashes: &mut impl Iterator<Item = u64>,
+        hashes: &[u64],
         slots: &[usize],
         mut record: impl FnMut(u64),
     ) -> Vec<u32> {
@@ -349,7 +343,7 @@ impl KvIndex {
             return lengths;
         }
         let mut position = 0u32;
-        for hash in hashes {
+        for &hash in hashes {
             let block = self.find_block(hash);
             let mut continues = false;
             for (group, mask) in active.iter_mut().enumerate() {
