@@ -234,6 +234,7 @@ impl KvIndex {
         engines: &mut Vec<u64>,
     ) {
         engines.clear();
+        engines.reserve(sequence_hashes.len());
         self.pass(sequence_hashes, workers, out, |engine| engines.push(engine));
     }
 
