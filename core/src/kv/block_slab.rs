@@ -8,7 +8,7 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// Entries addressed by `u32` index, stored in chunks of [`CHUNK`].
 pub(crate) struct ChunkedSlab<T> {
-    chunks: Vec<Box<[T]>>,
+    chunks: Vec<Box<[T; CHUNK]>>,
     len: usize,
 }
 
@@ -31,8 +31,8 @@ impl<T: Copy + Default> ChunkedSlab<T> {
     pub(crate) fn reserve(&mut self, additional: usize) {
         let needed = (self.len + additional).div_ceil(CHUNK);
         while self.chunks.len() < needed {
-            self.chunks
-                .push(vec![T::default(); CHUNK].into_boxed_slice());
+            // A fixed-size chunk, so indexing within it needs no bounds check.
+            self.chunks.push(Box::new([T::default(); CHUNK]));
         }
     }
 

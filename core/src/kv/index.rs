@@ -218,7 +218,7 @@ impl KvIndex {
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        self.pass(sequence_hashes, workers, out, |_| {});
+        self.pass(sequence_hashes, workers, out, |_, _| {});
     }
 
     /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
@@ -233,9 +233,15 @@ impl KvIndex {
         out: &mut Vec<usize>,
         engines: &mut Vec<u64>,
     ) {
+        // Stores by position into a buffer sized up front keep the pass's loop tight.
         engines.clear();
-        engines.reserve(sequence_hashes.len());
-        self.pass(sequence_hashes, workers, out, |engine| engines.push(engine));
+        engines.resize(sequence_hashes.len(), 0);
+        self.pass(sequence_hashes, workers, out, |position, engine| {
+            if let Some(slot) = engines.get_mut(position) {
+                *slot = engine;
+            }
+        });
+        engines.truncate(out.iter().copied().max().unwrap_or(0));
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches.
@@ -267,7 +273,7 @@ impl KvIndex {
         hashes: &[u64],
         workers: &[WorkerId],
         out: &mut Vec<usize>,
-        record: impl FnMut(u64),
+        record: impl FnMut(usize, u64),
     ) {
         out.clear();
         out.extend(workers.iter().map(|worker| {
@@ -293,7 +299,12 @@ impl KvIndex {
     }
 
     /// The pass when every slot is below 64: one holder mask per block.
-    fn pass_group0(&self, hashes: &[u64], mask: u64, mut record: impl FnMut(u64)) -> [u32; GROUP] {
+    fn pass_group0(
+        &self,
+        hashes: &[u64],
+        mask: u64,
+        mut record: impl FnMut(usize, u64),
+    ) -> [u32; GROUP] {
         let mut lengths = [0u32; GROUP];
         let mut active = mask;
         if active == 0 {
@@ -317,7 +328,7 @@ impl KvIndex {
             if active == 0 {
                 return lengths;
             }
-            record(engine);
+            record(position as usize, engine);
             position += 1;
         }
         while active != 0 {
@@ -332,7 +343,7 @@ impl KvIndex {
         &self,
         hashes: &[u64],
         slots: &[usize],
-        mut record: impl FnMut(u64),
+        mut record: impl FnMut(usize, u64),
     ) -> Vec<u32> {
         let groups = self.slots.len().div_ceil(GROUP);
         let mut lengths = vec![0u32; groups * GROUP];
@@ -368,7 +379,7 @@ impl KvIndex {
                 return lengths;
             }
             if let Some(block) = block {
-                record(self.blocks.get(block).engine);
+                record(position as usize, self.blocks.get(block).engine);
             }
             position += 1;
         }
