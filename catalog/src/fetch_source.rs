@@ -75,10 +75,12 @@ pub fn known_leading_hashes(
     end: usize,
 ) -> Vec<u64> {
     let end = end.min(request.sequence_hashes.len());
-    request
-        .sequence_hashes
-        .get(first..end)
-        .unwrap_or_default()
+    let hashes = request.sequence_hashes.get(first..end).unwrap_or_default();
+    // All known (the common case): one batched lookup; else stop at the first unknown block.
+    if let Some(all) = request.blocks.engine_block_hashes(source, first, hashes) {
+        return all;
+    }
+    hashes
         .iter()
         .map_while(|hash| request.blocks.engine_block_hash(source, *hash))
         .collect()

@@ -96,13 +96,20 @@ impl HintPolicy for KvFetch {
 
 /// A `kv.fetch` action (version `1.0`) for `block_hashes` from the peer at `source_endpoint`.
 pub fn kv_fetch_action(source_control_endpoint: &str, block_hashes: &[u64]) -> HintAction {
+    // Built directly: `json!` would serialise the hashes through serde one by one.
+    let mut payload = serde_json::Map::new();
+    payload.insert(
+        "source_control_endpoint".to_owned(),
+        serde_json::Value::from(source_control_endpoint),
+    );
+    payload.insert(
+        "block_hashes".to_owned(),
+        serde_json::Value::Array(block_hashes.iter().map(|hash| (*hash).into()).collect()),
+    );
     HintAction::new(
         KV_FETCH_ACTION_TYPE,
         KV_FETCH_ACTION_VERSION,
-        serde_json::json!({
-            "source_control_endpoint": source_control_endpoint,
-            "block_hashes": block_hashes,
-        }),
+        serde_json::Value::Object(payload),
     )
 }
 

@@ -5,7 +5,7 @@
 mod workload;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dynamo_kv_router::kv::{KvIndex, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{KvIndex, sequence_hashes_for_tokens, sequence_hashes_iter};
 use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use dynamo_kv_router::router::{
@@ -58,13 +58,20 @@ impl HintPolicy for FetchHint {
         else {
             return Ok(Vec::new());
         };
+        // The payload of catalog's `kv_fetch`, built directly rather than through `json!`.
+        let mut payload = serde_json::Map::new();
+        payload.insert(
+            "source_control_endpoint".to_owned(),
+            serde_json::Value::from(source.source_endpoint.as_deref()),
+        );
+        payload.insert(
+            "block_hashes".to_owned(),
+            serde_json::Value::Array(hashes.into_iter().map(serde_json::Value::from).collect()),
+        );
         Ok(vec![HintAction::new(
             "kv.fetch",
             "1.0",
-            serde_json::json!({
-                "source_control_endpoint": source.source_endpoint.as_deref(),
-                "block_hashes": hashes,
-            }),
+            serde_json::Value::Object(payload),
         )])
     }
 
@@ -179,13 +186,18 @@ fn bench_book(c: &mut Criterion) {
     });
     let mut next = 0usize;
     group.bench_function("floor_hash_and_probe", |b| {
+        // What the router does before its policies run: hash into a reused buffer, then one
+        // index pass that also records the canonical engine ids.
         let mut lengths = Vec::with_capacity(workers.len());
+        let mut hashes = Vec::with_capacity(PROMPT_TOKENS / BLOCK_SIZE as usize);
+        let mut engines = Vec::with_capacity(PROMPT_TOKENS / BLOCK_SIZE as usize);
         b.iter(|| {
             let tokens = &workload.requests[next % workload.requests.len()];
             next += 1;
-            let hashes = sequence_hashes_for_tokens(black_box(tokens), BLOCK_SIZE);
-            index.prefix_lengths(&hashes, &workers, &mut lengths);
-            black_box(&lengths);
+            hashes.clear();
+            hashes.extend(sequence_hashes_iter(black_box(tokens), BLOCK_SIZE));
+            index.prefix_lengths_and_engines(&hashes, &workers, &mut lengths, &mut engines);
+            black_box((&hashes, &lengths, &engines));
         });
     });
     group.bench_function("hash_only", |b| {

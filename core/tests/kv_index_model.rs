@@ -215,6 +215,7 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
             }
         }
         let mut out = Vec::new();
+        let (mut with_engines, mut engines) = (Vec::new(), Vec::new());
         for query in &queries {
             index.prefix_lengths(query, &all, &mut out);
             for (k, w) in all.iter().enumerate() {
@@ -223,6 +224,24 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
                     model.prefix(*w, query),
                     "worker {w} query {query:?}"
                 );
+            }
+            // The recording pass agrees, records up to the longest prefix, and its canonical
+            // ids are the workers' own wherever the index says they use canonical ids.
+            index.prefix_lengths_and_engines(query, &all, &mut with_engines, &mut engines);
+            assert_eq!(with_engines, out);
+            assert_eq!(engines.len(), out.iter().copied().max().unwrap_or(0));
+            for (k, w) in all.iter().enumerate() {
+                let own: Option<Vec<u64>> = query[..out[k]]
+                    .iter()
+                    .map(|seq| index.engine_block_hash(*w, *seq))
+                    .collect();
+                assert_eq!(
+                    index.engine_block_hashes(*w, 0, &query[..out[k]]),
+                    own.clone()
+                );
+                if index.uses_canonical_engine_ids(*w) {
+                    assert_eq!(own.as_deref(), Some(&engines[..out[k]]), "worker {w}");
+                }
             }
         }
         let mut memberships = 0;

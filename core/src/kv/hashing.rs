@@ -43,6 +43,41 @@ pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<u64> {
     hashes
 }
 
+/// The sequence hashes of the full blocks of `tokens`, computed as the iterator is advanced
+/// (so a consumer can probe each hash while the next one is computed).
+pub fn sequence_hashes_iter(tokens: &[u32], block_size: u32) -> SequenceHashes<'_> {
+    let (tokens, chunk) = match block_size as usize {
+        0 => (&tokens[..0], 1),
+        size => (tokens, size),
+    };
+    SequenceHashes {
+        blocks: tokens.chunks_exact(chunk),
+        chain: SequenceChain::default(),
+    }
+}
+
+/// The iterator of [`sequence_hashes_iter`].
+pub struct SequenceHashes<'a> {
+    blocks: std::slice::ChunksExact<'a, u32>,
+    chain: SequenceChain,
+}
+
+impl Iterator for SequenceHashes<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        let block = self.blocks.next()?;
+        Some(self.chain.push(local_hash(block)))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.blocks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for SequenceHashes<'_> {}
+
 /// Sequence hashes for prompts that arrive as per-block ids (Mooncake `hash_ids`): the ids are
 /// used as local hashes, as given, and chained.
 pub fn sequence_hashes_from_block_ids(ids: &[u64]) -> Vec<u64> {
@@ -72,21 +107,22 @@ impl SequenceChain {
 }
 
 fn for_each_block_hash(tokens: &[u32], block_size: usize, mut emit: impl FnMut(u64)) {
+    for block in tokens.chunks_exact(block_size) {
+        emit(local_hash(block));
+    }
+}
+
+/// The local hash of one block: xxh3 of its tokens' little-endian bytes.
+#[inline]
+fn local_hash(block: &[u32]) -> u64 {
     #[cfg(target_endian = "little")]
     {
-        for block in tokens.chunks_exact(block_size) {
-            emit(xxh3_64_with_seed(le_bytes(block), HASH_SEED));
-        }
+        xxh3_64_with_seed(le_bytes(block), HASH_SEED)
     }
     #[cfg(not(target_endian = "little"))]
     {
-        let mut buffer = vec![0u8; block_size * 4];
-        for block in tokens.chunks_exact(block_size) {
-            for (chunk, token) in buffer.chunks_exact_mut(4).zip(block) {
-                chunk.copy_from_slice(&token.to_le_bytes());
-            }
-            emit(xxh3_64_with_seed(&buffer, HASH_SEED));
-        }
+        let bytes: Vec<u8> = block.iter().flat_map(|token| token.to_le_bytes()).collect();
+        xxh3_64_with_seed(&bytes, HASH_SEED)
     }
 }
 
@@ -168,6 +204,18 @@ mod tests {
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
         assert_ne!(ha[3], hb[3]);
+    }
+
+    #[test]
+    fn the_iterator_yields_the_sequence_hashes() {
+        let tokens: Vec<u32> = (0..1000).map(|t| t * 13 + 1).collect();
+        for block_size in [0, 1, 16, 64, 512, 2000] {
+            assert_eq!(
+                sequence_hashes_iter(&tokens, block_size).collect::<Vec<_>>(),
+                sequence_hashes_for_tokens(&tokens, block_size),
+                "block size {block_size}"
+            );
+        }
     }
 
     #[test]

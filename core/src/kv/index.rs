@@ -1,23 +1,29 @@
 //! The KV index: which worker caches which block, fed by KV events, queried per booking.
 //!
-//! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case):
-//! - `blocks`: sequence hash → the block's engine hash as first reported (its *canonical* engine
-//!   hash) and a 64-bit holder mask for worker slots 0..63;
-//! - `overflow`: (sequence hash, slot group) → holder mask, for slots 64 and up;
-//! - `by_engine`: canonical engine hash → sequence hash, so removals (which name engine hashes)
+//! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
+//! and a distinct block about 24 bytes plus two 4-byte hash-table slots):
+//! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
+//!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
+//!   free list; everything else refers to a block by its `u32` slab index;
+//! - `by_seq`: sequence hash → slab index (a table of `u32`s; keys are read from the slab);
+//! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
 //!   find their block;
-//! - per worker slot, *override* maps only for the blocks whose engine hash differs from the
-//!   canonical one (engines that hash differently, or reuse ids); empty when workers agree.
+//! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
+//! - *overrides*: one 16-byte record per membership whose engine hash is not the canonical one
+//!   (engines that hash differently, or reuse ids), indexed by (block, slot) and by
+//!   (engine hash, slot); empty when workers agree.
 //!
 //! A worker's cached prefix of a request is the longest run of the request's sequence hashes
 //! that all hold the worker's bit, so one pass over the hashes, AND-ing holder masks, yields
 //! every worker's prefix length and stops as soon as no worker continues the prefix.
 
+use super::block_slab::ChunkedSlab;
 use super::event::{KvEvent, KvEventData};
 use super::event_outcome::{EventOutcome, IgnoreReason};
-use super::index_hasher::{U64HashBuilder, U64Map};
+use super::index_hasher::{U64HashBuilder, U64Map, mix};
 use crate::plugins::BlockLookup;
 use crate::router::worker::WorkerId;
+use hashbrown::HashTable;
 use std::collections::HashMap;
 
 /// Worker slots per holder mask.
@@ -61,22 +67,31 @@ pub struct WorkerIndexState {
     pub last_event_id: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct BlockEntry {
+/// One distinct block in the slab.
+#[derive(Clone, Copy, Debug, Default)]
+struct Block {
+    /// The block's sequence hash.
+    seq: u64,
     /// The engine hash the block was first reported with.
     engine: u64,
     /// Holders among slots 0..63.
     holders: u64,
 }
 
+/// A membership whose engine hash is not its block's canonical one.
+#[derive(Clone, Copy, Debug)]
+struct Override {
+    engine: u64,
+    block: u32,
+    slot: u32,
+}
+
 struct SlotState {
     last_event_id: Option<u64>,
     stale: bool,
     blocks: usize,
-    /// Engine hash → sequence hash, where the canonical maps cannot say it.
-    engine_to_seq: U64Map<u64>,
-    /// Sequence hash → engine hash, where the worker's engine hash is not the canonical one.
-    seq_to_engine: U64Map<u64>,
+    /// Override records of this slot.
+    overrides: usize,
 }
 
 impl SlotState {
@@ -85,8 +100,7 @@ impl SlotState {
             last_event_id: None,
             stale: false,
             blocks: 0,
-            engine_to_seq: U64Map::default(),
-            seq_to_engine: U64Map::default(),
+            overrides: 0,
         }
     }
 }
@@ -94,9 +108,14 @@ impl SlotState {
 /// Which registered worker caches which block.
 #[derive(Default)]
 pub struct KvIndex {
-    blocks: U64Map<BlockEntry>,
-    by_engine: U64Map<u64>,
-    overflow: HashMap<(u64, u32), u64, U64HashBuilder>,
+    blocks: ChunkedSlab<Block>,
+    free: Vec<u32>,
+    by_seq: HashTable<u32>,
+    by_engine: HashTable<u32>,
+    overflow: U64Map<u64>,
+    overrides: Vec<Override>,
+    override_by_block: HashTable<u32>,
+    override_by_engine: HashTable<u32>,
     slots: Vec<Option<SlotState>>,
     by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
     memberships: usize,
@@ -111,9 +130,12 @@ impl KvIndex {
 
     /// An empty index sized for `blocks` distinct blocks.
     pub fn with_capacity(blocks: usize) -> Self {
+        let mut slab = ChunkedSlab::default();
+        slab.reserve(blocks);
         Self {
-            blocks: U64Map::with_capacity_and_hasher(blocks, U64HashBuilder),
-            by_engine: U64Map::with_capacity_and_hasher(blocks, U64HashBuilder),
+            blocks: slab,
+            by_seq: HashTable::with_capacity(blocks),
+            by_engine: HashTable::with_capacity(blocks),
             ..Self::default()
         }
     }
@@ -163,6 +185,16 @@ impl KvIndex {
         })
     }
 
+    /// Whether `worker` is tracked and holds every block under the block's canonical engine
+    /// hash (the one the block was first reported with), so the canonical hashes recorded by
+    /// [`KvIndex::prefix_lengths_and_engines`] are its own.
+    pub fn uses_canonical_engine_ids(&self, worker: WorkerId) -> bool {
+        self.by_worker
+            .get(&worker)
+            .and_then(|slot| self.slot_state(*slot))
+            .is_some_and(|state| state.overrides == 0)
+    }
+
     /// Applies one event, counting anomalies. Events of untracked workers change nothing.
     pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
         let outcome = self.apply_inner(event);
@@ -186,41 +218,30 @@ impl KvIndex {
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        out.clear();
-        out.resize(workers.len(), 0);
-        let slots: Vec<Option<u32>> = workers
-            .iter()
-            .map(|worker| self.by_worker.get(worker).copied())
-            .collect();
-        let groups = self.slots.len().div_ceil(GROUP);
-        for group in 0..groups {
-            let mut mask = 0u64;
-            for slot in slots.iter().flatten() {
-                if *slot as usize / GROUP == group {
-                    mask |= 1 << (*slot as usize % GROUP);
-                }
+        self.pass(sequence_hashes, workers, out, |_, _| {});
+    }
+
+    /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
+    /// every block the pass probed while some worker still continued the prefix: `engines[i]` is
+    /// the canonical engine hash of block `i` for every `i` below the longest prefix, and
+    /// `engines.len()` is that longest prefix (one store per probed block: the pass reads the
+    /// block's entry anyway).
+    pub fn prefix_lengths_and_engines(
+        &self,
+        sequence_hashes: &[u64],
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        engines: &mut Vec<u64>,
+    ) {
+        // Stores by position into a buffer sized up front keep the pass's loop tight.
+        engines.clear();
+        engines.resize(sequence_hashes.len(), 0);
+        self.pass(sequence_hashes, workers, out, |position, engine| {
+            if let Some(slot) = engines.get_mut(position) {
+                *slot = engine;
             }
-            if mask == 0 {
-                continue;
-            }
-            let lengths = if group == 0 {
-                prefix_pass(sequence_hashes, mask, |hash| {
-                    self.blocks.get(&hash).map_or(0, |entry| entry.holders)
-                })
-            } else {
-                let group = group as u32;
-                prefix_pass(sequence_hashes, mask, |hash| {
-                    self.overflow.get(&(hash, group)).copied().unwrap_or(0)
-                })
-            };
-            for (length, slot) in out.iter_mut().zip(&slots) {
-                if let Some(slot) = slot
-                    && *slot as usize / GROUP == group
-                {
-                    *length = lengths[*slot as usize % GROUP];
-                }
-            }
-        }
+        });
+        engines.truncate(out.iter().copied().max().unwrap_or(0));
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches.
@@ -237,12 +258,138 @@ impl KvIndex {
 
     /// Distinct blocks held by at least one worker.
     pub fn distinct_blocks(&self) -> usize {
-        self.blocks.len()
+        self.by_seq.len()
     }
 
     /// The counters.
     pub fn counters(&self) -> &IndexCounters {
         &self.counters
+    }
+
+    /// The overlap pass: `out[i]` becomes the prefix length of `workers[i]`; `record` gets the
+    /// canonical engine hash of each position some worker continues.
+    fn pass(
+        &self,
+        hashes: &[u64],
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        record: impl FnMut(usize, u64),
+    ) {
+        out.clear();
+        out.extend(workers.iter().map(|worker| {
+            self.by_worker
+                .get(worker)
+                .map_or(usize::MAX, |slot| *slot as usize)
+        }));
+        if self.slots.len() <= GROUP {
+            let mask = out
+                .iter()
+                .filter(|slot| **slot != usize::MAX)
+                .fold(0u64, |mask, slot| mask | (1 << *slot));
+            let lengths = self.pass_group0(hashes, mask, record);
+            for length in out.iter_mut() {
+                *length = lengths.get(*length).map_or(0, |l| *l as usize);
+            }
+        } else {
+            let lengths = self.pass_groups(hashes, out, record);
+            for length in out.iter_mut() {
+                *length = lengths.get(*length).map_or(0, |l| *l as usize);
+            }
+        }
+    }
+
+    /// The pass when every slot is below 64: one holder mask per block.
+    fn pass_group0(
+        &self,
+        hashes: &[u64],
+        mask: u64,
+        mut record: impl FnMut(usize, u64),
+    ) -> [u32; GROUP] {
+        let mut lengths = [0u32; GROUP];
+        let mut active = mask;
+        if active == 0 {
+            return lengths;
+        }
+        let mut position = 0u32;
+        for &hash in hashes {
+            let (held, engine) = match self.find_block(hash) {
+                Some(block) => {
+                    let block = self.blocks.get(block);
+                    (block.holders, block.engine)
+                }
+                None => (0, 0),
+            };
+            let mut dropped = active & !held;
+            while dropped != 0 {
+                lengths[dropped.trailing_zeros() as usize] = position;
+                dropped &= dropped - 1;
+            }
+            active &= held;
+            if active == 0 {
+                return lengths;
+            }
+            record(position as usize, engine);
+            position += 1;
+        }
+        while active != 0 {
+            lengths[active.trailing_zeros() as usize] = position;
+            active &= active - 1;
+        }
+        lengths
+    }
+
+    /// The pass with slots of 64 and up: one holder mask per block and slot group.
+    fn pass_groups(
+        &self,
+        hashes: &[u64],
+        slots: &[usize],
+        mut record: impl FnMut(usize, u64),
+    ) -> Vec<u32> {
+        let groups = self.slots.len().div_ceil(GROUP);
+        let mut lengths = vec![0u32; groups * GROUP];
+        let mut active = vec![0u64; groups];
+        for slot in slots.iter().filter(|slot| **slot != usize::MAX) {
+            active[slot / GROUP] |= 1 << (slot % GROUP);
+        }
+        if active.iter().all(|mask| *mask == 0) {
+            return lengths;
+        }
+        let mut position = 0u32;
+        for &hash in hashes {
+            let block = self.find_block(hash);
+            let mut continues = false;
+            for (group, mask) in active.iter_mut().enumerate() {
+                if *mask == 0 {
+                    continue;
+                }
+                let held = match block {
+                    None => 0,
+                    Some(block) if group == 0 => self.blocks.get(block).holders,
+                    Some(block) => self.overflow_mask(block, group as u32),
+                };
+                let mut dropped = *mask & !held;
+                while dropped != 0 {
+                    lengths[group * GROUP + dropped.trailing_zeros() as usize] = position;
+                    dropped &= dropped - 1;
+                }
+                *mask &= held;
+                continues |= *mask != 0;
+            }
+            if !continues {
+                return lengths;
+            }
+            if let Some(block) = block {
+                record(position as usize, self.blocks.get(block).engine);
+            }
+            position += 1;
+        }
+        for (group, mask) in active.iter_mut().enumerate() {
+            while *mask != 0 {
+                lengths[group * GROUP + mask.trailing_zeros() as usize] = position;
+                *mask &= *mask - 1;
+            }
+        }
+        lengths
     }
 
     fn apply_inner(&mut self, event: &KvEvent) -> EventOutcome {
@@ -290,12 +437,20 @@ impl KvIndex {
                 blocks,
             } => {
                 if let Some(parent) = parent_hash
-                    && self.seq_of_engine(slot, *parent).is_none()
+                    && self.block_of_engine(slot, *parent).is_none()
                 {
                     self.counters.unknown_parents += 1;
                 }
+                let (group, _) = split(slot);
                 for block in blocks {
-                    self.store(slot, block.block_hash, block.tokens_hash);
+                    // A store may add an override, after which the fast path no longer applies.
+                    let plain = group == 0
+                        && self
+                            .slot_state(slot)
+                            .is_some_and(|state| state.overrides == 0);
+                    if !(plain && self.store_common(slot, block.block_hash, block.tokens_hash)) {
+                        self.store(slot, block.block_hash, block.tokens_hash);
+                    }
                 }
                 self.counters.stored_blocks += blocks.len() as u64;
                 EventOutcome::Applied
@@ -303,9 +458,9 @@ impl KvIndex {
             KvEventData::Removed { block_hashes } => {
                 let mut removed = 0u64;
                 for &engine in block_hashes {
-                    match self.seq_of_engine(slot, engine) {
-                        Some(seq) => {
-                            self.remove_membership(slot, seq);
+                    match self.block_of_engine(slot, engine) {
+                        Some(block) => {
+                            self.remove_membership(slot, block);
                             removed += 1;
                         }
                         None => self.counters.unknown_block_removals += 1,
@@ -329,130 +484,274 @@ impl KvIndex {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
-    fn holds(&self, slot: u32, seq: u64) -> bool {
+    /// The slab index of the block with sequence hash `seq`.
+    #[inline]
+    fn find_block(&self, seq: u64) -> Option<u32> {
+        let blocks = &self.blocks;
+        self.by_seq
+            .find(mix(seq), |&block| blocks.get(block).seq == seq)
+            .copied()
+    }
+
+    /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
+    fn canonical_block(&self, engine: u64) -> Option<u32> {
+        let blocks = &self.blocks;
+        self.by_engine
+            .find(mix(engine), |&block| blocks.get(block).engine == engine)
+            .copied()
+    }
+
+    fn overflow_mask(&self, block: u32, group: u32) -> u64 {
+        self.overflow
+            .get(&overflow_key(block, group))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn holds(&self, slot: u32, block: u32) -> bool {
         let (group, bit) = split(slot);
         let mask = if group == 0 {
-            self.blocks.get(&seq).map_or(0, |entry| entry.holders)
+            self.blocks.get(block).holders
         } else {
-            self.overflow.get(&(seq, group)).copied().unwrap_or(0)
+            self.overflow_mask(block, group)
         };
         mask & bit != 0
     }
 
+    /// The override record of `slot` for `block`.
+    fn override_of(&self, slot: u32, block: u32) -> Option<usize> {
+        let overrides = &self.overrides;
+        self.override_by_block
+            .find(pair_hash(u64::from(block), slot), |&i| {
+                let record = &overrides[i as usize];
+                record.block == block && record.slot == slot
+            })
+            .map(|i| *i as usize)
+    }
+
+    /// The override record of `slot` under engine hash `engine`.
+    fn override_of_engine(&self, slot: u32, engine: u64) -> Option<usize> {
+        let overrides = &self.overrides;
+        self.override_by_engine
+            .find(pair_hash(engine, slot), |&i| {
+                let record = &overrides[i as usize];
+                record.engine == engine && record.slot == slot
+            })
+            .map(|i| *i as usize)
+    }
+
     /// The engine hash `slot` reported for `seq`, if it holds the block.
     fn engine_of(&self, slot: u32, seq: u64) -> Option<u64> {
-        let (group, bit) = split(slot);
-        let entry = self.blocks.get(&seq)?;
-        let held = if group == 0 {
-            entry.holders & bit != 0
-        } else {
-            self.overflow
-                .get(&(seq, group))
-                .is_some_and(|mask| mask & bit != 0)
-        };
-        if !held {
+        let block = self.find_block(seq)?;
+        if !self.holds(slot, block) {
             return None;
         }
         let state = self.slot_state(slot)?;
-        if !state.seq_to_engine.is_empty()
-            && let Some(engine) = state.seq_to_engine.get(&seq)
+        if state.overrides > 0
+            && let Some(record) = self.override_of(slot, block)
         {
-            return Some(*engine);
+            return Some(self.overrides[record].engine);
         }
-        Some(entry.engine)
+        Some(self.blocks.get(block).engine)
     }
 
     /// The block `slot` holds under engine hash `engine`, if any.
-    fn seq_of_engine(&self, slot: u32, engine: u64) -> Option<u64> {
+    fn block_of_engine(&self, slot: u32, engine: u64) -> Option<u32> {
         let state = self.slot_state(slot)?;
-        if !state.engine_to_seq.is_empty()
-            && let Some(seq) = state.engine_to_seq.get(&engine)
+        if state.overrides > 0
+            && let Some(record) = self.override_of_engine(slot, engine)
         {
-            return Some(*seq);
+            return Some(self.overrides[record].block);
         }
-        let seq = *self.by_engine.get(&engine)?;
-        (self.holds(slot, seq) && !state.seq_to_engine.contains_key(&seq)).then_some(seq)
+        let block = self.canonical_block(engine)?;
+        (self.holds(slot, block)
+            && (state.overrides == 0 || self.override_of(slot, block).is_none()))
+        .then_some(block)
+    }
+
+    /// A new slab entry for `seq`, indexed by sequence hash.
+    fn alloc_block(&mut self, seq: u64, engine: u64, holders: u64) -> u32 {
+        let entry = Block {
+            seq,
+            engine,
+            holders,
+        };
+        let index = match self.free.pop() {
+            Some(index) => {
+                *self.blocks.get_mut(index) = entry;
+                index
+            }
+            None => self.blocks.push(entry),
+        };
+        let blocks = &self.blocks;
+        self.by_seq
+            .insert_unique(mix(seq), index, |&block| mix(blocks.get(block).seq));
+        index
+    }
+
+    /// Records `block` as the owner of its canonical engine hash unless another block owns it;
+    /// returns whether `block` owns it.
+    fn claim_engine(&mut self, block: u32) -> bool {
+        let engine = self.blocks.get(block).engine;
+        match self.canonical_block(engine) {
+            Some(owner) => owner == block,
+            None => {
+                let blocks = &self.blocks;
+                self.by_engine
+                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+                true
+            }
+        }
+    }
+
+    /// Drops the slab entry `block` (held by no one) and its index entries.
+    fn free_block(&mut self, block: u32) {
+        let entry = *self.blocks.get(block);
+        if let Ok(found) = self.by_seq.find_entry(mix(entry.seq), |&b| b == block) {
+            found.remove();
+        }
+        if let Ok(found) = self
+            .by_engine
+            .find_entry(mix(entry.engine), |&b| b == block)
+        {
+            found.remove();
+        }
+        *self.blocks.get_mut(block) = Block::default();
+        if block as usize + 1 == self.blocks.len() {
+            self.blocks.pop();
+        } else {
+            self.free.push(block);
+        }
+    }
+
+    fn add_override(&mut self, slot: u32, engine: u64, block: u32) {
+        let index = self.overrides.len() as u32;
+        self.overrides.push(Override {
+            engine,
+            block,
+            slot,
+        });
+        let overrides = &self.overrides;
+        self.override_by_block
+            .insert_unique(pair_hash(u64::from(block), slot), index, |&i| {
+                let record = &overrides[i as usize];
+                pair_hash(u64::from(record.block), record.slot)
+            });
+        self.override_by_engine
+            .insert_unique(pair_hash(engine, slot), index, |&i| {
+                let record = &overrides[i as usize];
+                pair_hash(record.engine, record.slot)
+            });
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.overrides += 1;
+        }
+    }
+
+    fn remove_override(&mut self, index: usize) {
+        let record = self.overrides[index];
+        let target = index as u32;
+        if let Ok(found) = self
+            .override_by_block
+            .find_entry(pair_hash(u64::from(record.block), record.slot), |&i| {
+                i == target
+            })
+        {
+            found.remove();
+        }
+        if let Ok(found) = self
+            .override_by_engine
+            .find_entry(pair_hash(record.engine, record.slot), |&i| i == target)
+        {
+            found.remove();
+        }
+        let last = (self.overrides.len() - 1) as u32;
+        if target != last {
+            let moved = self.overrides[last as usize];
+            if let Some(i) = self
+                .override_by_block
+                .find_mut(pair_hash(u64::from(moved.block), moved.slot), |&i| {
+                    i == last
+                })
+            {
+                *i = target;
+            }
+            if let Some(i) = self
+                .override_by_engine
+                .find_mut(pair_hash(moved.engine, moved.slot), |&i| i == last)
+            {
+                *i = target;
+            }
+        }
+        self.overrides.swap_remove(index);
+        if let Some(state) = self.slot_state_mut(record.slot) {
+            state.overrides = state.overrides.saturating_sub(1);
+        }
     }
 
     fn store(&mut self, slot: u32, engine: u64, seq: u64) {
-        if self.store_common(slot, engine, seq) {
-            return;
-        }
-        if let Some(previous) = self.seq_of_engine(slot, engine) {
-            if previous == seq {
+        if let Some(previous) = self.block_of_engine(slot, engine) {
+            if self.blocks.get(previous).seq == seq {
                 return;
             }
             // The engine reused the id for other content: the old block is gone.
             self.remove_membership(slot, previous);
         }
-        if self.holds(slot, seq) {
+        if let Some(block) = self.find_block(seq)
+            && self.holds(slot, block)
+        {
             // Held under another engine id: the new id replaces it.
-            self.remove_membership(slot, seq);
+            self.remove_membership(slot, block);
         }
-        let (canonical_seq, canonical_engine) = match self.blocks.get(&seq) {
+        let (block, canonical) = match self.find_block(seq) {
             None => {
-                self.blocks.insert(seq, BlockEntry { engine, holders: 0 });
-                (seq_owner(&mut self.by_engine, engine, seq), true)
+                let block = self.alloc_block(seq, engine, 0);
+                (block, self.claim_engine(block))
             }
-            Some(entry) if entry.engine == engine => {
-                (seq_owner(&mut self.by_engine, engine, seq), true)
+            Some(block) if self.blocks.get(block).engine == engine => {
+                (block, self.claim_engine(block))
             }
-            Some(_) => (false, false),
+            Some(block) => (block, false),
         };
         let (group, bit) = split(slot);
         if group == 0 {
-            if let Some(entry) = self.blocks.get_mut(&seq) {
-                entry.holders |= bit;
-            }
+            self.blocks.get_mut(block).holders |= bit;
         } else {
-            *self.overflow.entry((seq, group)).or_insert(0) |= bit;
+            *self.overflow.entry(overflow_key(block, group)).or_insert(0) |= bit;
         }
-        let Some(state) = self.slot_state_mut(slot) else {
-            return;
-        };
-        if !canonical_seq {
-            state.engine_to_seq.insert(engine, seq);
+        if !canonical {
+            self.add_override(slot, engine, block);
         }
-        if !canonical_engine {
-            state.seq_to_engine.insert(seq, engine);
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks += 1;
         }
-        state.blocks += 1;
         self.memberships += 1;
     }
 
-    /// The two-probe paths of a store by a worker in slots 0..63 without override maps: a
-    /// block others hold under the same engine id, or a new block with a new engine id.
-    /// Returns `false` when the general path must decide.
+    /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
+    /// others hold under the same engine id, or a new block with a new engine id. Returns
+    /// `false` when the general path must decide.
     fn store_common(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
-        let (group, bit) = split(slot);
-        let plain = group == 0
-            && self.slot_state(slot).is_some_and(|state| {
-                state.seq_to_engine.is_empty() && state.engine_to_seq.is_empty()
-            });
-        if !plain {
-            return false;
-        }
-        match self.by_engine.get(&engine) {
-            Some(&owner) if owner == seq => {
-                let Some(entry) = self.blocks.get_mut(&seq) else {
+        let (_, bit) = split(slot);
+        match self.canonical_block(engine) {
+            Some(block) => {
+                let entry = self.blocks.get_mut(block);
+                if entry.seq != seq {
                     return false;
-                };
+                }
                 if entry.holders & bit != 0 {
                     return true;
                 }
                 entry.holders |= bit;
             }
-            Some(_) => return false,
-            None => match self.blocks.entry(seq) {
-                std::collections::hash_map::Entry::Occupied(_) => return false,
-                std::collections::hash_map::Entry::Vacant(vacant) => {
-                    vacant.insert(BlockEntry {
-                        engine,
-                        holders: bit,
-                    });
-                    self.by_engine.insert(engine, seq);
+            None => {
+                if self.find_block(seq).is_some() {
+                    return false;
                 }
-            },
+                let block = self.alloc_block(seq, engine, bit);
+                let blocks = &self.blocks;
+                self.by_engine
+                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+            }
         }
         if let Some(state) = self.slot_state_mut(slot) {
             state.blocks += 1;
@@ -461,75 +760,68 @@ impl KvIndex {
         true
     }
 
-    /// Drops `slot`'s membership of `seq`; the caller checked that it holds it.
-    fn remove_membership(&mut self, slot: u32, seq: u64) {
-        let Some(canonical) = self.blocks.get(&seq).map(|entry| entry.engine) else {
+    /// Drops `slot`'s membership of `block`; the caller checked that it holds it.
+    fn remove_membership(&mut self, slot: u32, block: u32) {
+        let Some(state) = self.slot_state(slot) else {
             return;
         };
-        let Some(state) = self.slot_state_mut(slot) else {
-            return;
-        };
-        let engine = state.seq_to_engine.remove(&seq).unwrap_or(canonical);
-        if state.engine_to_seq.get(&engine) == Some(&seq) {
-            state.engine_to_seq.remove(&engine);
+        if state.overrides > 0
+            && let Some(record) = self.override_of(slot, block)
+        {
+            self.remove_override(record);
         }
-        state.blocks = state.blocks.saturating_sub(1);
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks = state.blocks.saturating_sub(1);
+        }
         self.memberships = self.memberships.saturating_sub(1);
         let (group, bit) = split(slot);
         let empty = if group == 0 {
-            match self.blocks.get_mut(&seq) {
-                Some(entry) => {
-                    entry.holders &= !bit;
-                    entry.holders == 0
-                }
-                None => false,
-            }
+            let entry = self.blocks.get_mut(block);
+            entry.holders &= !bit;
+            entry.holders == 0
         } else {
-            if let Some(mask) = self.overflow.get_mut(&(seq, group)) {
+            let key = overflow_key(block, group);
+            if let Some(mask) = self.overflow.get_mut(&key) {
                 *mask &= !bit;
                 if *mask == 0 {
-                    self.overflow.remove(&(seq, group));
+                    self.overflow.remove(&key);
                 }
             }
-            self.blocks
-                .get(&seq)
-                .is_some_and(|entry| entry.holders == 0)
+            self.blocks.get(block).holders == 0
         };
-        if empty && !self.held_in_overflow(seq) {
-            self.blocks.remove(&seq);
-            if self.by_engine.get(&canonical) == Some(&seq) {
-                self.by_engine.remove(&canonical);
-            }
+        if empty && !self.held_in_overflow(block) {
+            self.free_block(block);
         }
     }
 
-    fn held_in_overflow(&self, seq: u64) -> bool {
+    fn held_in_overflow(&self, block: u32) -> bool {
+        if self.overflow.is_empty() {
+            return false;
+        }
         let groups = self.slots.len().div_ceil(GROUP) as u32;
-        (1..groups).any(|group| self.overflow.contains_key(&(seq, group)))
+        (1..groups).any(|group| self.overflow.contains_key(&overflow_key(block, group)))
     }
 
     /// Drops every block `slot` holds.
     fn clear_slot(&mut self, slot: u32) {
         let (group, bit) = split(slot);
-        let held: Vec<u64> = if group == 0 {
+        let held: Vec<u32> = if group == 0 {
             self.blocks
                 .iter()
                 .filter(|(_, entry)| entry.holders & bit != 0)
-                .map(|(seq, _)| *seq)
+                .map(|(block, _)| block)
                 .collect()
         } else {
             self.overflow
                 .iter()
-                .filter(|((_, g), mask)| *g == group && *mask & bit != 0)
-                .map(|((seq, _), _)| *seq)
+                .filter(|(key, mask)| (**key as u32) == group && *mask & bit != 0)
+                .map(|(key, _)| (*key >> 32) as u32)
                 .collect()
         };
-        for seq in held {
-            self.remove_membership(slot, seq);
+        for block in held {
+            self.remove_membership(slot, block);
         }
         if let Some(state) = self.slot_state_mut(slot) {
-            state.engine_to_seq = U64Map::default();
-            state.seq_to_engine = U64Map::default();
             state.blocks = 0;
         }
     }
@@ -541,35 +833,18 @@ impl BlockLookup for KvIndex {
     }
 }
 
-/// Records `engine → seq` as canonical unless another block owns the engine hash; returns
-/// whether `seq` owns it.
-fn seq_owner(by_engine: &mut U64Map<u64>, engine: u64, seq: u64) -> bool {
-    *by_engine.entry(engine).or_insert(seq) == seq
-}
-
 fn split(slot: u32) -> (u32, u64) {
     (slot / GROUP as u32, 1u64 << (slot % GROUP as u32))
 }
 
-/// For each bit of `mask`, the number of leading hashes whose holder mask has the bit.
-fn prefix_pass(hashes: &[u64], mask: u64, holders: impl Fn(u64) -> u64) -> [usize; GROUP] {
-    let mut lengths = [0usize; GROUP];
-    let mut active = mask;
-    for (position, &hash) in hashes.iter().enumerate() {
-        let held = holders(hash);
-        let mut dropped = active & !held;
-        while dropped != 0 {
-            lengths[dropped.trailing_zeros() as usize] = position;
-            dropped &= dropped - 1;
-        }
-        active &= held;
-        if active == 0 {
-            return lengths;
-        }
-    }
-    while active != 0 {
-        lengths[active.trailing_zeros() as usize] = hashes.len();
-        active &= active - 1;
-    }
-    lengths
+fn overflow_key(block: u32, group: u32) -> u64 {
+    (u64::from(block) << 32) | u64::from(group)
+}
+
+/// The hash of a (key, slot) pair of the override tables.
+fn pair_hash(key: u64, slot: u32) -> u64 {
+    mix(key
+        ^ u64::from(slot)
+            .wrapping_add(1)
+            .wrapping_mul(0xA24B_AED4_963E_E407))
 }

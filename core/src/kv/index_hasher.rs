@@ -21,10 +21,16 @@ impl BuildHasher for U64HashBuilder {
     }
 }
 
+/// Mixes one `u64` key with a 128-bit folded multiply (the hash of the index's tables).
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    let product = u128::from(key) * u128::from(MULTIPLIER);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
 impl Hasher for U64Hasher {
     fn finish(&self) -> u64 {
-        let product = u128::from(self.0) * u128::from(MULTIPLIER);
-        (product as u64) ^ ((product >> 64) as u64)
+        mix(self.0)
     }
 
     fn write(&mut self, bytes: &[u8]) {

@@ -1,6 +1,7 @@
 //! The KV side of routing: hashing prompts into blocks, the events workers publish about their
 //! caches, and the index that answers "how much of this prompt does each worker cache?".
 
+mod block_slab;
 pub mod event;
 pub mod event_outcome;
 pub mod hashing;
@@ -10,7 +11,7 @@ mod index_hasher;
 pub use event::{KvEvent, KvEventData, MalformedEvent, StoredBlock};
 pub use event_outcome::{EventOutcome, IgnoreReason};
 pub use hashing::{
-    HASH_SEED, block_hashes, sequence_hashes, sequence_hashes_for_tokens,
-    sequence_hashes_from_block_ids,
+    HASH_SEED, SequenceHashes, block_hashes, sequence_hashes, sequence_hashes_for_tokens,
+    sequence_hashes_from_block_ids, sequence_hashes_iter,
 };
 pub use index::{IndexCounters, KvIndex};

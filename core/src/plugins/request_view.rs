@@ -8,6 +8,23 @@ pub trait BlockLookup: Send + Sync {
     /// The engine `block_hash` that `worker` reported for the block whose sequence hash is
     /// `sequence_hash`, if the index knows it.
     fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64>;
+
+    /// The engine block hashes that `worker` reported for `sequence_hashes`, the request's
+    /// blocks `first_block..first_block + sequence_hashes.len()`, or `None` if the index lacks
+    /// any of them. The default asks [`BlockLookup::engine_block_hash`] block by block; the
+    /// router's per-booking lookup serves the common case from what its overlap pass recorded.
+    fn engine_block_hashes(
+        &self,
+        worker: WorkerId,
+        first_block: usize,
+        sequence_hashes: &[u64],
+    ) -> Option<Vec<u64>> {
+        let _ = first_block;
+        sequence_hashes
+            .iter()
+            .map(|hash| self.engine_block_hash(worker, *hash))
+            .collect()
+    }
 }
 
 /// A lookup that knows no block; for tests and for routers without a KV index.
@@ -62,11 +79,9 @@ impl<'a> RequestView<'a> {
         worker: WorkerId,
         range: std::ops::Range<usize>,
     ) -> Option<Vec<u64>> {
-        self.sequence_hashes
-            .get(range)?
-            .iter()
-            .map(|hash| self.blocks.engine_block_hash(worker, *hash))
-            .collect()
+        let first_block = range.start;
+        let hashes = self.sequence_hashes.get(range)?;
+        self.blocks.engine_block_hashes(worker, first_block, hashes)
     }
 }
 

@@ -12,6 +12,8 @@
 
 mod blind_selection;
 pub mod booking;
+mod booking_lookup;
+mod booking_scratch;
 mod hint_assembly;
 mod load;
 pub mod request;
@@ -25,17 +27,18 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::kv::{KvEvent, KvIndex, sequence_hashes_for_tokens};
+use crate::kv::{KvEvent, KvIndex, sequence_hashes_iter};
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
     Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
 };
 use crate::wire::KvHint;
 use blind_selection::BlindSelector;
+use booking_lookup::BookingLookup;
+use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
 use load::LoadLedger;
 use parking_lot::{Mutex, RwLock};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
@@ -292,43 +295,74 @@ impl Router {
             .ok_or(BookError::NoRoleConfig { role })?;
         let block_size = self.setup.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
-        let hashes: Cow<'_, [u64]> = match &request.prompt {
-            Prompt::Tokens(tokens) => Cow::Owned(sequence_hashes_for_tokens(tokens, block_size)),
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => Cow::Borrowed(sequence_hashes),
-        };
+        let mut scratch = ScratchGuard::take();
+        let BookingScratch {
+            hashes: hash_buffer,
+            lengths,
+            engines,
+            candidates,
+            candidates_of,
+        } = &mut *scratch;
 
         let state = self.state.read();
         let workers = state
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let mut lengths = Vec::with_capacity(workers.ids.len());
+        let hashes: &[u64] = match &request.prompt {
+            Prompt::Tokens(tokens) => {
+                hash_buffer.clear();
+                hash_buffer.extend(sequence_hashes_iter(tokens, block_size));
+                hash_buffer
+            }
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes,
+        };
+        // One pass over the index that also records the canonical engine id of every block
+        // some candidate caches, so hint policies need not probe the index again.
         state
             .index
-            .prefix_lengths(&hashes, &workers.ids, &mut lengths);
-        let candidates: Vec<Candidate> = workers
-            .entries
-            .iter()
-            .zip(&lengths)
-            .map(|(entry, cached_blocks)| Candidate {
-                worker: entry.info.id,
-                cached_blocks: *cached_blocks,
-                load: entry.load.snapshot(),
-                router_hint: entry.info.capabilities.router_hint,
-                source_endpoint: entry.source_endpoint.clone(),
-            })
-            .collect();
+            .prefix_lengths_and_engines(hashes, &workers.ids, lengths, engines);
+        if *candidates_of == workers.generation && candidates.len() == workers.entries.len() {
+            for ((candidate, entry), cached_blocks) in candidates
+                .iter_mut()
+                .zip(&workers.entries)
+                .zip(lengths.iter())
+            {
+                candidate.cached_blocks = *cached_blocks;
+                candidate.load = entry.load.snapshot();
+            }
+        } else {
+            candidates.clear();
+            candidates.extend(workers.entries.iter().zip(lengths.iter()).map(
+                |(entry, cached_blocks)| Candidate {
+                    worker: entry.info.id,
+                    cached_blocks: *cached_blocks,
+                    load: entry.load.snapshot(),
+                    router_hint: entry.info.capabilities.router_hint,
+                    source_endpoint: entry.source_endpoint.clone(),
+                },
+            ));
+            *candidates_of = workers.generation;
+        }
+        let candidates: &[Candidate] = candidates;
+        let lookup = BookingLookup {
+            index: &state.index,
+            sequence_hashes: hashes,
+            engines,
+            workers: &workers.ids,
+            lengths,
+        };
         let view = RequestView {
             request_id: &request.request_id,
             role,
             prompt_tokens,
             block_size,
             session: &request.session,
-            sequence_hashes: &hashes,
-            candidates: &candidates,
-            blocks: &state.index,
+            sequence_hashes: hashes,
+            candidates,
+            blocks: &lookup,
         };
 
         let selection = self.select(policies, &view)?;

@@ -4,6 +4,11 @@ use super::load::WorkerLoadCell;
 use super::worker::{Role, WorkerId, WorkerInfo};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Numbers every role membership list ever built, across routers, so a booking's reusable
+/// candidate list can tell whether it still matches its role's workers.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// One registered worker and the load the router has reserved on it.
 pub(crate) struct WorkerEntry {
@@ -32,6 +37,8 @@ impl WorkerEntry {
 pub(crate) struct RoleWorkers {
     pub(crate) entries: Vec<Arc<WorkerEntry>>,
     pub(crate) ids: Vec<WorkerId>,
+    /// Unique to this list of entries (never 0).
+    pub(crate) generation: u64,
 }
 
 /// Every registered worker, by id and by role.
@@ -80,6 +87,14 @@ impl Workers {
             .cloned()
             .collect();
         let ids = entries.iter().map(|entry| entry.info.id).collect();
-        self.by_role.insert(role, RoleWorkers { entries, ids });
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        self.by_role.insert(
+            role,
+            RoleWorkers {
+                entries,
+                ids,
+                generation,
+            },
+        );
     }
 }

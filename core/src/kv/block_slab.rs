@@ -1,0 +1,110 @@
+//! A growable array in fixed-size chunks: indices stay valid as it grows, and growing never
+//! reserves more than one chunk beyond what is used (a `Vec` that doubles can leave half of
+//! its memory unused, which at a million blocks is more than the rest of the index).
+
+/// Entries per chunk (a power of two).
+const CHUNK_BITS: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// Entries addressed by `u32` index, stored in chunks of [`CHUNK`].
+pub(crate) struct ChunkedSlab<T> {
+    chunks: Vec<Box<[T; CHUNK]>>,
+    len: usize,
+}
+
+impl<T> Default for ChunkedSlab<T> {
+    fn default() -> Self {
+        Self {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy + Default> ChunkedSlab<T> {
+    /// Entries in use (the highest index plus one).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Makes room for `additional` more entries.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let needed = (self.len + additional).div_ceil(CHUNK);
+        while self.chunks.len() < needed {
+            // A fixed-size chunk, so indexing within it needs no bounds check.
+            self.chunks.push(Box::new([T::default(); CHUNK]));
+        }
+    }
+
+    /// Appends `value`; returns its index.
+    pub(crate) fn push(&mut self, value: T) -> u32 {
+        self.reserve(1);
+        let index = self.len;
+        self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)] = value;
+        self.len += 1;
+        index as u32
+    }
+
+    /// Drops the last entry (releasing its chunk once the chunk is empty).
+    pub(crate) fn pop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        self.len -= 1;
+        let needed = self.len.div_ceil(CHUNK);
+        // Keep one spare chunk so that a push right after a pop does not reallocate.
+        if self.chunks.len() > needed + 1 {
+            self.chunks.truncate(needed + 1);
+        }
+    }
+
+    /// The entry at `index`.
+    #[inline]
+    pub(crate) fn get(&self, index: u32) -> &T {
+        let index = index as usize;
+        &self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+    }
+
+    /// The entry at `index`, mutably.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
+        let index = index as usize;
+        &mut self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+    }
+
+    /// Every entry in use with its index.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.chunks
+            .iter()
+            .flat_map(|chunk| chunk.iter())
+            .take(self.len)
+            .enumerate()
+            .map(|(index, entry)| (index as u32, entry))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_survive_growth_and_pops_release_chunks() {
+        let mut slab = ChunkedSlab::<u64>::default();
+        for value in 0..(3 * CHUNK as u64 + 5) {
+            assert_eq!(slab.push(value * 2) as u64, value);
+        }
+        assert_eq!(*slab.get(7), 14);
+        assert_eq!(
+            *slab.get((2 * CHUNK + 1) as u32),
+            (2 * CHUNK as u64 + 1) * 2
+        );
+        *slab.get_mut(7) = 1;
+        assert_eq!(slab.iter().nth(7), Some((7, &1)));
+        assert_eq!(slab.iter().count(), slab.len());
+        for _ in 0..(2 * CHUNK) {
+            slab.pop();
+        }
+        assert_eq!(slab.len(), CHUNK + 5);
+        assert!(slab.chunks.len() <= 3);
+    }
+}

@@ -1,0 +1,149 @@
+//! The engine-hash lookup of one booking: serves the request's engine block hashes from the
+//! canonical ids the overlap pass recorded (a slice copy), and asks the index only for workers
+//! that report their own engine ids or for blocks outside what the pass saw.
+
+use crate::kv::KvIndex;
+use crate::plugins::BlockLookup;
+use crate::router::worker::WorkerId;
+
+/// What one booking's overlap pass saw, with the index for everything else.
+pub(crate) struct BookingLookup<'a> {
+    /// The index, under the booking's read lock.
+    pub(crate) index: &'a KvIndex,
+    /// The request's sequence hashes.
+    pub(crate) sequence_hashes: &'a [u64],
+    /// The canonical engine hash of each block below the longest cached prefix.
+    pub(crate) engines: &'a [u64],
+    /// The candidates, sorted by id.
+    pub(crate) workers: &'a [WorkerId],
+    /// Each candidate's cached prefix length, in `workers` order.
+    pub(crate) lengths: &'a [usize],
+}
+
+impl BookingLookup<'_> {
+    /// The recorded engine hashes of blocks `first..first + hashes.len()`, when they are
+    /// `worker`'s own: the blocks are within its cached prefix, `hashes` are the request's, and
+    /// the worker holds every block under its canonical engine id.
+    fn recorded(&self, worker: WorkerId, first: usize, hashes: &[u64]) -> Option<&[u64]> {
+        let end = first.checked_add(hashes.len())?;
+        let position = self.workers.binary_search(&worker).ok()?;
+        if end > *self.lengths.get(position)? {
+            return None;
+        }
+        let ours = self.sequence_hashes.get(first..end)?;
+        if !(std::ptr::eq(ours.as_ptr(), hashes.as_ptr()) || ours == hashes) {
+            return None;
+        }
+        if !self.index.uses_canonical_engine_ids(worker) {
+            return None;
+        }
+        self.engines.get(first..end)
+    }
+}
+
+impl BlockLookup for BookingLookup<'_> {
+    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64> {
+        self.index.engine_block_hash(worker, sequence_hash)
+    }
+
+    fn engine_block_hashes(
+        &self,
+        worker: WorkerId,
+        first_block: usize,
+        sequence_hashes: &[u64],
+    ) -> Option<Vec<u64>> {
+        if let Some(recorded) = self.recorded(worker, first_block, sequence_hashes) {
+            return Some(recorded.to_vec());
+        }
+        self.index
+            .engine_block_hashes(worker, first_block, sequence_hashes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::{KvEvent, KvEventData, StoredBlock};
+
+    fn worker(n: u64) -> WorkerId {
+        WorkerId::new(n, 0)
+    }
+
+    fn store(index: &mut KvIndex, w: u64, id: u64, blocks: &[(u64, u64)]) {
+        let event = KvEvent::new(
+            worker(w),
+            id,
+            KvEventData::Stored {
+                parent_hash: None,
+                blocks: blocks
+                    .iter()
+                    .map(|(engine, seq)| StoredBlock {
+                        block_hash: *engine,
+                        tokens_hash: *seq,
+                    })
+                    .collect(),
+            },
+        );
+        let _ = index.apply(&event);
+    }
+
+    #[test]
+    fn recorded_ids_agree_with_the_index_for_canonical_and_own_engine_ids() {
+        let mut index = KvIndex::new();
+        for w in 1..=3 {
+            index.add_worker(worker(w));
+        }
+        let seqs = [10u64, 11, 12, 13];
+        // Worker 1 reports canonical ids, worker 2 its own for blocks 1 and 2, worker 3 holds
+        // only the first two blocks.
+        store(
+            &mut index,
+            1,
+            0,
+            &[(100, 10), (101, 11), (102, 12), (103, 13)],
+        );
+        store(&mut index, 2, 0, &[(100, 10), (901, 11), (902, 12)]);
+        store(&mut index, 3, 0, &[(100, 10), (101, 11)]);
+        let workers = [worker(1), worker(2), worker(3)];
+        let (mut lengths, mut engines) = (Vec::new(), Vec::new());
+        index.prefix_lengths_and_engines(&seqs, &workers, &mut lengths, &mut engines);
+        assert_eq!(lengths, [4, 3, 2]);
+        assert_eq!(engines, [100, 101, 102, 103]);
+        let lookup = BookingLookup {
+            index: &index,
+            sequence_hashes: &seqs,
+            engines: &engines,
+            workers: &workers,
+            lengths: &lengths,
+        };
+        for w in &workers {
+            for first in 0..=seqs.len() {
+                for end in first..=seqs.len() {
+                    let expected: Option<Vec<u64>> = seqs[first..end]
+                        .iter()
+                        .map(|seq| index.engine_block_hash(*w, *seq))
+                        .collect();
+                    // The request's own slice and an equal copy of it.
+                    let copy = seqs[first..end].to_vec();
+                    for hashes in [&seqs[first..end], &copy[..]] {
+                        assert_eq!(
+                            lookup.engine_block_hashes(*w, first, hashes),
+                            expected,
+                            "{w} {first}..{end}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            lookup.engine_block_hashes(worker(2), 1, &seqs[1..3]),
+            Some(vec![901, 902])
+        );
+        // A first block that does not match the hashes falls back to the index.
+        assert_eq!(
+            lookup.engine_block_hashes(worker(1), 0, &seqs[2..4]),
+            Some(vec![102, 103])
+        );
+        assert_eq!(lookup.engine_block_hashes(worker(9), 0, &seqs[..1]), None);
+    }
+}
