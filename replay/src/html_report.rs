@@ -8,10 +8,40 @@ use std::fmt::Write as _;
 const WIDTH: u32 = 760;
 const HEIGHT: u32 = 360;
 
-/// One series of a line chart: its label and its points.
+/// One colour per configuration, the same in every plot (Tableau's 10, which stay apart on
+/// white and for the common colour-vision deficiencies).
+const CONFIG_COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// One series of a line chart: its label, its points, and whose it is.
 struct Series {
     label: String,
     points: Vec<(f64, f64)>,
+    /// The configuration's position in the comparison: picks the colour.
+    config: usize,
+    /// 0 for a configuration's first stage; later stages are drawn lighter.
+    stage: usize,
+}
+
+impl Series {
+    fn color(&self) -> RGBAColor {
+        let base = CONFIG_COLORS[self.config % CONFIG_COLORS.len()];
+        if self.stage == 0 {
+            base.to_rgba()
+        } else {
+            base.mix(0.45)
+        }
+    }
 }
 
 fn escape(text: &str) -> String {
@@ -80,8 +110,8 @@ fn draw(
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|e| error(&e))?;
-    for (index, one) in series.iter().enumerate() {
-        let color = Palette99::pick(index).to_rgba();
+    for one in series {
+        let color = one.color();
         chart
             .draw_series(
                 LineSeries::new(one.points.iter().copied(), color.stroke_width(2)).point_size(2),
@@ -111,7 +141,10 @@ impl Comparison {
         let hit_rate: Vec<Series> = self
             .configs
             .iter()
-            .map(|c| Series {
+            .enumerate()
+            .map(|(config, c)| Series {
+                config,
+                stage: 0,
                 label: format!("{} (local + fetched)", c.name),
                 points: c
                     .hit_rate_over_time
@@ -123,7 +156,10 @@ impl Comparison {
         let cdf: Vec<Series> = self
             .configs
             .iter()
-            .map(|c| Series {
+            .enumerate()
+            .map(|(config, c)| Series {
+                config,
+                stage: 0,
                 label: c.name.clone(),
                 points: c.ttft_cdf.iter().map(|(ms, f)| (*ms, f * 100.0)).collect(),
             })
@@ -131,9 +167,12 @@ impl Comparison {
         let load: Vec<Series> = self
             .configs
             .iter()
-            .flat_map(|c| {
+            .enumerate()
+            .flat_map(|(config, c)| {
                 let several = c.load.len() > 1;
-                c.load.iter().map(move |l| Series {
+                c.load.iter().enumerate().map(move |(stage, l)| Series {
+                    config,
+                    stage,
                     label: if several {
                         format!("{} ({})", c.name, l.role)
                     } else {
