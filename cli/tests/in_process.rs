@@ -1,108 +1,13 @@
-//! `run_args` with a hand-built registry standing in for the catalogs (`kvcr`, `kv_fetch`,
-//! `harness_prefetch`, `dynamo-default-cost-fn`): summaries, describe, and error rendering.
+//! `run_args` with the linked catalogs (the built-ins and `harness_prefetch`): summaries,
+//! describe, and error rendering.
 
-use dynamo_kv_router::plugins::prelude::*;
+use dynamo_kv_router::plugins::PolicyRegistry;
+use harness_prefetch as _;
 use kv_router::{EXIT_INVALID_INPUT, EXIT_OK, run_args};
 
-struct First(Commitments);
-
-impl WorkerSelectionPolicy for First {
-    fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError> {
-        context
-            .candidates()
-            .first()
-            .map(|candidate| Selection::worker(candidate.worker))
-            .ok_or_else(|| PolicyError::new("no candidates"))
-    }
-
-    fn commitments(&self) -> Commitments {
-        self.0
-    }
-}
-
-struct Quiet(Commitments);
-
-impl HintPolicy for Quiet {
-    fn build_hints(&self, _: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError> {
-        Ok(Vec::new())
-    }
-
-    fn commitments(&self) -> Commitments {
-        self.0
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Kvcr {
-    #[serde(default)]
-    shared_cache_multiplier: f64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Fetch {
-    #[serde(default)]
-    #[allow(dead_code)]
-    min_additional_blocks: usize,
-}
-
-#[derive(Deserialize)]
-struct Prefetch {
-    #[allow(dead_code)]
-    max_blocks: usize,
-}
-
+/// The linked registry: the built-in catalog (which `kv_router` links) and `harness_prefetch`.
 fn registry() -> PolicyRegistry {
-    let mut registry = PolicyRegistry::new();
-    registry
-        .register_worker_selection_policy(
-            "dynamo-default-cost-fn",
-            Arc::new(|_| Ok(WorkerSelectionConstructor::shared(First(Commitments::NONE)))),
-        )
-        .unwrap();
-    registry
-        .register_worker_selection_policy(
-            "kvcr",
-            Arc::new(|parameters| {
-                let config: Kvcr = parameters.deserialize()?;
-                let commits = if config.shared_cache_multiplier > 0.0 {
-                    Commitments::KV_COPY
-                } else {
-                    Commitments::NONE
-                };
-                Ok(WorkerSelectionConstructor::shared(First(commits)))
-            }),
-        )
-        .unwrap();
-    registry
-        .register_hint_policy(
-            "kv_fetch",
-            Arc::new(|parameters| {
-                let _: Fetch = parameters.deserialize()?;
-                Ok(HintPolicyConstructor::shared(Quiet(Commitments::KV_COPY)))
-            }),
-            [HintHost::worker_selection("kvcr")],
-        )
-        .unwrap();
-    registry
-        .describe(
-            "kv_fetch",
-            "Sends the booked worker a `kv.fetch` hint.\n\nMore detail.",
-            Commitments::KV_COPY,
-        )
-        .unwrap();
-    registry
-        .register_hint_policy(
-            "harness_prefetch",
-            Arc::new(|parameters| {
-                let _: Prefetch = parameters.deserialize()?;
-                Ok(HintPolicyConstructor::shared(Quiet(Commitments::NONE)))
-            }),
-            [],
-        )
-        .unwrap();
-    registry
+    PolicyRegistry::linked().unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn run(args: &[&str]) -> (u8, String, String) {
@@ -242,12 +147,28 @@ error: worker_selection.decode.hints[0].type: unknown hint policy type `kv_fecth
 fn describe_shows_everything_known_about_a_policy() {
     let (code, out, err) = run(&["catalog", "describe", "kv_fetch"]);
     assert_eq!(code, EXIT_OK, "{err}");
-    assert!(out.starts_with("kv_fetch (hint policy)\n  summary:      Sends the booked worker a `kv.fetch` hint.\n  defaults:     kvcr\n  commitments:  KV_COPY\n"), "{out}");
     assert!(
-        out.contains("  source:       cli/tests/in_process.rs:"),
+        out.starts_with(
+            "kv_fetch (hint policy)\n  summary:      Sends the booked worker a `kv.fetch` hint naming a peer"
+        ),
         "{out}"
     );
-    assert!(out.ends_with("\n  More detail.\n"), "{out}");
+    assert!(
+        out.contains(
+            "\n  defaults:     kvcr\n  commitments:  KV_COPY\n  parameters:   KvFetchConfig\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  crate:        dynamo-router-catalog\n  source:       catalog/src/kv_fetch.rs:"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("\"block_hashes\": [11, 22, 33]}`.\n"),
+        "{out}"
+    );
 
     let (code, out, _) = run(&["catalog", "describe", "kvcr", "--json"]);
     assert_eq!(code, EXIT_OK);
