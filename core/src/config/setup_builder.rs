@@ -7,7 +7,9 @@ use super::position::Position;
 use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
 use crate::plugins::name;
 use crate::plugins::registry::{ConstructError, ConstructedHintPolicy};
-use crate::plugins::{Commitments, Partition, PolicyEntry, PolicyParameters, PolicyRegistry};
+use crate::plugins::{
+    Commitments, Partition, PolicyEntry, PolicyParameters, PolicyRegistry, RegistryError,
+};
 use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 use crate::router::worker::Role;
 use std::collections::{BTreeMap, HashMap};
@@ -89,6 +91,21 @@ impl Builder<'_> {
         ConfigError::new(self.file, position, Some(role), problem)
     }
 
+    /// The error for a `type` (at `path`) that the registry does not know as the kind asked for.
+    fn unknown_policy(
+        &self,
+        role: Role,
+        policy_type: &Located<String>,
+        path: &str,
+        source: RegistryError,
+    ) -> ConfigError {
+        let problem = ConfigProblem::UnknownPolicy {
+            path: path.to_owned(),
+            source,
+        };
+        self.error(policy_type.position, role, problem)
+    }
+
     fn role(&self, role: Role, entry: &Located<RoleEntry>) -> Result<RolePolicies, ConfigError> {
         let path = format!("worker_selection.{role}");
         let entry_value = &entry.value;
@@ -105,16 +122,7 @@ impl Builder<'_> {
         let selection_entry = self
             .registry
             .worker_selection_policy(&policy_type.value)
-            .map_err(|source| {
-                self.error(
-                    policy_type.position,
-                    role,
-                    ConfigProblem::UnknownPolicy {
-                        path: type_path.clone(),
-                        source,
-                    },
-                )
-            })?;
+            .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
         let parameters_path = format!("{path}.parameters");
         let parameters =
             self.parameters(role, &parameters_path, entry_value.parameters.as_ref())?;
@@ -247,16 +255,7 @@ impl Builder<'_> {
             let policy = self
                 .registry
                 .hint_policy(&policy_type.value)
-                .map_err(|source| {
-                    self.error(
-                        policy_type.position,
-                        role,
-                        ConfigProblem::UnknownPolicy {
-                            path: type_path.clone(),
-                            source,
-                        },
-                    )
-                })?;
+                .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
             let (label, label_position) = match &hint.name {
                 Some(name) => {
                     name::check_syntax(&name.value).map_err(|problem| {
