@@ -91,6 +91,16 @@ pub enum BookError {
         /// The worker it chose.
         worker: WorkerId,
     },
+    /// The caller named a worker that is not a registered worker of the request's role.
+    #[error(
+        "worker {worker} is not a registered `{role}` worker; register it (or ask for its role) first"
+    )]
+    NotRegistered {
+        /// The role asked for.
+        role: Role,
+        /// The worker named.
+        worker: WorkerId,
+    },
 }
 
 impl BookError {
@@ -102,6 +112,7 @@ impl BookError {
             BookError::SelectionFailed { .. } => "selection_failed",
             BookError::SelectionPanicked { .. } => "selection_panicked",
             BookError::NotACandidate { .. } => "not_a_candidate",
+            BookError::NotRegistered { .. } => "not_registered",
         }
     }
 }

@@ -47,6 +47,13 @@ use workers::{WorkerEntry, Workers};
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
 
+/// Whether a booking pass reserves load and runs hint policies, or only chooses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BookingMode {
+    Book,
+    Preview,
+}
+
 /// Run-time options of a [`Router`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouterOptions {
@@ -176,6 +183,15 @@ impl Router {
             .collect()
     }
 
+    /// The load reserved on `worker`, or `None` if it is not registered.
+    pub fn load_of(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.state
+            .read()
+            .workers
+            .get(worker)
+            .map(|entry| entry.load.snapshot())
+    }
+
     /// Applies one KV event; anomalies are counted and change nothing.
     pub fn apply_event(&self, event: &KvEvent) -> EventOutcome {
         let outcome = self.state.write().index.apply(event);
@@ -210,14 +226,84 @@ impl Router {
         let start = Instant::now();
         self.expire(start);
         let result = match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start),
-            mode => self.book_blind(mode, request, start),
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Book),
+            mode => self.book_blind(mode, request, start, BookingMode::Book),
         };
         match &result {
             Ok(booking) => self.metrics.count_booking(booking.stats.latency),
             Err(error) => self.metrics.count_book_error(error.reason()),
         }
         result
+    }
+
+    /// Chooses a worker for `request` as [`Router::book`] would, without reserving load or
+    /// running hint policies: a query ("where would this go?"). Nothing changes and the
+    /// booking metrics do not count it; the returned booking never carries a hint.
+    pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        match self.setup.router_mode {
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Preview),
+            mode => self.book_blind(mode, request, start, BookingMode::Preview),
+        }
+    }
+
+    /// Books `request` on `worker`, chosen by the caller: no selection or hint policy runs.
+    /// The reserved prefill is `prefill_tokens` when given, else the prompt less the prefix
+    /// `worker` caches. `worker` must be a registered worker of the request's role; otherwise
+    /// nothing is reserved.
+    pub fn book_on(
+        &self,
+        request: &RouteRequest,
+        worker: WorkerId,
+        prefill_tokens: Option<usize>,
+    ) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        self.expire(start);
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let state = self.state.read();
+        let entry = state
+            .workers
+            .get(worker)
+            .filter(|entry| entry.info.role == request.role)
+            .ok_or(BookError::NotRegistered {
+                role: request.role,
+                worker,
+            })?;
+        let hashes = match &request.prompt {
+            Prompt::Tokens(tokens) => sequence_hashes_iter(tokens, block_size).collect(),
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.clone(),
+        };
+        let cached_blocks = state.index.prefix_length(&hashes, worker);
+        let prefill_tokens = prefill_tokens.unwrap_or_else(|| {
+            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize))
+        });
+        self.reserve(
+            &request.request_id,
+            request.role,
+            entry,
+            prefill_tokens,
+            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            start,
+        );
+        drop(state);
+        let latency = start.elapsed();
+        self.metrics.count_booking(latency);
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role: request.role,
+            worker,
+            hint: None,
+            committed_kv_copy: None,
+            stats: BookingStats {
+                blocks: hashes.len(),
+                cached_blocks,
+                latency,
+                ..BookingStats::default()
+            },
+        })
     }
 
     /// Reports that the request's prefill finished: its prefill tokens are released.
@@ -286,7 +372,12 @@ impl Router {
         );
     }
 
-    fn book_kv(&self, request: &RouteRequest, start: Instant) -> Result<Booking, BookError> {
+    fn book_kv(
+        &self,
+        request: &RouteRequest,
+        start: Instant,
+        mode: BookingMode,
+    ) -> Result<Booking, BookError> {
         let role = request.role;
         let policies = self
             .setup
@@ -386,6 +477,22 @@ impl Router {
         let cached_blocks = candidates[position].cached_blocks;
         let prefill_tokens =
             prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize));
+        if mode == BookingMode::Preview {
+            drop(state);
+            return Ok(Booking {
+                request_id: request.request_id.clone(),
+                role,
+                worker: selection.worker,
+                hint: None,
+                committed_kv_copy: selection.kv_copy,
+                stats: BookingStats {
+                    blocks: hashes.len(),
+                    cached_blocks,
+                    latency: start.elapsed(),
+                    ..BookingStats::default()
+                },
+            });
+        }
         self.reserve(
             &request.request_id,
             role,
@@ -468,6 +575,7 @@ impl Router {
         mode: RouterMode,
         request: &RouteRequest,
         start: Instant,
+        booking_mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
         let block_size = self.setup.block_size;
@@ -486,14 +594,16 @@ impl Router {
         let position = self.blind.choose(mode, role, &workers.entries);
         let booked = &workers.entries[position.min(workers.entries.len() - 1)];
         let worker = booked.info.id;
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prompt_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
-            start,
-        );
+        if booking_mode == BookingMode::Book {
+            self.reserve(
+                &request.request_id,
+                role,
+                booked,
+                prompt_tokens,
+                prompt_tokens.div_ceil(block_size.max(1) as usize),
+                start,
+            );
+        }
         drop(state);
         Ok(Booking {
             request_id: request.request_id.clone(),

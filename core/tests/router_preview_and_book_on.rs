@@ -1,0 +1,106 @@
+//! `Router::preview` chooses without reserving or hinting; `Router::book_on` books a worker the
+//! caller chose, with the prefill less the prefix that worker caches.
+
+mod common;
+
+use common::*;
+use dynamo_kv_router::plugins::WorkerLoad;
+use dynamo_kv_router::router::{BookError, Role, Router, RouterMode, RouterOptions, WorkerId};
+
+fn load_of(router: &Router, id: WorkerId) -> WorkerLoad {
+    router
+        .workers()
+        .into_iter()
+        .find(|(info, _)| info.id == id)
+        .map(|(_, load)| load)
+        .unwrap_or_default()
+}
+
+fn hinting_router() -> Router {
+    let router = Router::new(
+        setup(
+            RouterMode::Kv,
+            vec![(
+                Role::Aggregated,
+                role_policies(
+                    "longest",
+                    LongestPrefix,
+                    vec![hint("emit", Emit::new("t", 1))],
+                ),
+            )],
+        ),
+        RouterOptions::default(),
+    );
+    assert!(router.register_worker(hinting(1, Role::Aggregated)).is_ok());
+    assert!(router.register_worker(hinting(2, Role::Aggregated)).is_ok());
+    router
+}
+
+#[test]
+fn preview_chooses_the_booked_worker_without_load_or_hint() {
+    let router = hinting_router();
+    let prompt = tokens(16, 7);
+    router.apply_event(&stored(worker(2), 0, &prompt, 3));
+    let preview = router.preview(&request("q", Role::Aggregated, prompt.clone()));
+    let preview = preview.expect("preview");
+    assert_eq!(preview.worker, worker(2));
+    assert_eq!(preview.stats.cached_blocks, 3);
+    assert!(preview.hint.is_none());
+    assert_eq!(load_of(&router, worker(2)), WorkerLoad::default());
+    assert_eq!(router.metrics().bookings, 0);
+
+    let booked = router.book(&request("b", Role::Aggregated, prompt));
+    let booked = booked.expect("booking");
+    assert_eq!(booked.worker, preview.worker);
+    assert!(booked.hint.is_some());
+    assert_eq!(load_of(&router, worker(2)).active_requests, 1);
+}
+
+#[test]
+fn book_on_reserves_the_uncached_prefill_on_the_named_worker() {
+    let router = hinting_router();
+    let prompt = tokens(16, 9);
+    router.apply_event(&stored(worker(1), 0, &prompt, 2));
+    let booking = router.book_on(
+        &request("r", Role::Aggregated, prompt.clone()),
+        worker(1),
+        None,
+    );
+    let booking = booking.expect("booking");
+    assert_eq!(booking.worker, worker(1));
+    assert_eq!(booking.stats.cached_blocks, 2);
+    assert!(booking.hint.is_none());
+    let load = load_of(&router, worker(1));
+    assert_eq!(load.active_prefill_tokens, 16 - 2 * u64::from(BLOCK_SIZE));
+    assert_eq!(load.active_blocks, 4);
+    router.release("r");
+    assert_eq!(load_of(&router, worker(1)), WorkerLoad::default());
+
+    let booking = router.book_on(&request("s", Role::Aggregated, prompt), worker(1), Some(5));
+    assert!(booking.is_ok());
+    assert_eq!(
+        router.load_of(worker(1)).map(|l| l.active_prefill_tokens),
+        Some(5)
+    );
+    assert_eq!(router.load_of(worker(9)), None);
+}
+
+#[test]
+fn book_on_an_unknown_worker_or_other_role_reserves_nothing() {
+    let router = hinting_router();
+    let error = router.book_on(
+        &request("x", Role::Aggregated, tokens(8, 1)),
+        worker(9),
+        None,
+    );
+    assert!(matches!(error, Err(BookError::NotRegistered { .. })));
+    let error = router.book_on(&request("y", Role::Prefill, tokens(8, 1)), worker(1), None);
+    assert!(matches!(
+        error,
+        Err(BookError::NotRegistered {
+            role: Role::Prefill,
+            ..
+        })
+    ));
+    assert_eq!(load_of(&router, worker(1)), WorkerLoad::default());
+}
