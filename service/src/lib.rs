@@ -8,7 +8,9 @@
 //! missed, and feeds the events into the partition's KV index.
 
 pub mod engine_event;
+pub mod engine_publisher;
 pub mod error;
+pub mod event_transport;
 pub mod http;
 pub mod ingress;
 pub mod loopback_client;
