@@ -4,6 +4,7 @@
 //! engine-directed KV actions (such as `kv.fetch`) to the booked worker. Plugin authors start
 //! from [`plugins::prelude`]; linking a catalog crate registers its policies.
 
+pub mod block_identity;
 pub mod config;
 pub mod kv;
 pub mod metrics;

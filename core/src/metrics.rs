@@ -84,6 +84,14 @@ pub struct EventMetrics {
     pub unknown_parents: u64,
     /// `cleared` events applied.
     pub clears: u64,
+    /// Engine restarts (event numbering started over at 0).
+    pub restarts: u64,
+    /// Gaps in event numbering closed by a replay.
+    pub recoveries: u64,
+    /// Replays given up; the worker was reset.
+    pub abandoned_recoveries: u64,
+    /// Workers awaiting a replay of lost events, not trusted until then (a gauge).
+    pub workers_awaiting_recovery: u64,
 }
 
 impl EventMetrics {
@@ -100,6 +108,10 @@ impl EventMetrics {
             unknown_block_removals: counters.unknown_block_removals,
             unknown_parents: counters.unknown_parents,
             clears: counters.clears,
+            restarts: counters.restarts,
+            recoveries: counters.recoveries,
+            abandoned_recoveries: counters.abandoned_recoveries,
+            workers_awaiting_recovery: counters.workers_awaiting_recovery,
         }
     }
 }
@@ -405,7 +417,7 @@ impl MetricsSnapshot {
         out.single(
             "kv_unknown_parents_total",
             "counter",
-            "Stored events whose parent the worker does not hold.",
+            "Stored events rejected because the worker does not hold their parent.",
             self.events.unknown_parents,
         );
         out.single(
@@ -413,6 +425,30 @@ impl MetricsSnapshot {
             "counter",
             "Cleared events applied.",
             self.events.clears,
+        );
+        out.single(
+            "kv_event_restarts_total",
+            "counter",
+            "Engine restarts: a worker's event numbering started over at 0.",
+            self.events.restarts,
+        );
+        out.single(
+            "kv_event_recoveries_total",
+            "counter",
+            "Gaps in a worker's event numbering closed by a replay.",
+            self.events.recoveries,
+        );
+        out.single(
+            "kv_event_recoveries_abandoned_total",
+            "counter",
+            "Replays of lost events given up; the worker was reset.",
+            self.events.abandoned_recoveries,
+        );
+        out.single(
+            "kv_workers_awaiting_recovery",
+            "gauge",
+            "Workers awaiting a replay of lost events, not trusted until then.",
+            self.events.workers_awaiting_recovery,
         );
         out.single(
             "kv_index_memberships",

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use dynamo_kv_router::kv::{KvEvent, KvEventData, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{KvCacheEventData, RouterEvent, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::WorkerLoad;
 use dynamo_kv_router::router::{Role, RouterMode};
 use std::collections::BTreeMap;
@@ -40,12 +40,10 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
                 let prompt = &prompts[round % prompts.len()];
                 let event = if round % 7 == 6 {
                     let hashes = sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
-                    KvEvent::new(
+                    RouterEvent::new(
                         worker(w as u64),
                         ids[w],
-                        KvEventData::Removed {
-                            block_hashes: hashes.iter().skip(8).map(|h| engine_of(*h)).collect(),
-                        },
+                        KvCacheEventData::removed(hashes.iter().skip(8).map(|h| engine_of(*h))),
                     )
                 } else {
                     stored(worker(w as u64), ids[w], prompt, 4 + round % 12)

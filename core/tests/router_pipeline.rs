@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use dynamo_kv_router::kv::sequence_hashes_for_tokens;
+use dynamo_kv_router::kv::{EngineBlockHash, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::KvCopy;
 use dynamo_kv_router::router::{BookError, MAX_HINT_ACTIONS, Role, Router, RouterMode};
 use dynamo_kv_router::wire::PROTOCOL_VERSION;
@@ -98,7 +98,7 @@ fn the_committed_copy_action_survives_the_cap() {
         source: worker(2),
         source_endpoint: "tcp://10.0.0.2:23280".into(),
         first_block: 0,
-        block_hashes: vec![11, 22, 33],
+        block_hashes: [11, 22, 33].map(EngineBlockHash).to_vec(),
     };
     let router = router(
         RouterMode::Kv,
@@ -412,7 +412,8 @@ fn only_registered_workers_are_candidates_and_overlaps_come_from_events() {
         .expect("booked");
     let hint = booking.hint.expect("fetch hint");
     let hashes = sequence_hashes_for_tokens(&prompt, BLOCK_SIZE);
-    let expected: Vec<u64> = hashes[3..6].iter().map(|h| engine_of(*h)).collect();
+    // Root-aligned: the source's engine hashes from block 0 to the end of its prefix.
+    let expected: Vec<EngineBlockHash> = hashes[..6].iter().map(|h| engine_of(*h)).collect();
     assert_eq!(
         hint.actions[0].payload["block_hashes"],
         serde_json::json!(expected)

@@ -1,7 +1,7 @@
 //! The part of the router a simulated cluster drives: registration, KV events, bookings and
 //! completions. [`Router`] implements it; tests use small stand-ins.
 
-use dynamo_kv_router::kv::KvEvent;
+use dynamo_kv_router::kv::RouterEvent;
 use dynamo_kv_router::router::{BookError, Booking, RouteRequest, Router, RouterError, WorkerInfo};
 
 /// What the simulation needs from a router.
@@ -9,7 +9,7 @@ pub trait RouterPort {
     /// Registers a simulated worker.
     fn register_worker(&self, info: WorkerInfo) -> Result<(), RouterError>;
     /// Delivers one KV event the worker published.
-    fn apply_event(&self, event: &KvEvent);
+    fn apply_event(&self, event: &RouterEvent);
     /// Books a request.
     fn book(&self, request: &RouteRequest) -> Result<Booking, BookError>;
     /// Reports the end of a request's prefill.
@@ -23,7 +23,7 @@ impl RouterPort for Router {
         Router::register_worker(self, info)
     }
 
-    fn apply_event(&self, event: &KvEvent) {
+    fn apply_event(&self, event: &RouterEvent) {
         let _ = Router::apply_event(self, event);
     }
 

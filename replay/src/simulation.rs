@@ -8,7 +8,10 @@ use crate::engine_block::{engine_block_hash, sequence_hash_of};
 use crate::outcome::{BookingRecord, RequestTiming, SimulationResult, StageOutcome, WorkerUsage};
 use crate::router_port::RouterPort;
 use crate::workload::PreparedWorkload;
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData,
+    RouterEvent, SequenceHash,
+};
 use dynamo_kv_router::router::{
     Prompt, Role, RouteRequest, RouterError, WorkerCapabilities, WorkerId, WorkerInfo,
 };
@@ -94,7 +97,7 @@ struct Simulation<'a, R: RouterPort + ?Sized> {
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     sequence: u64,
     now: u64,
-    stored_scratch: Vec<StoredBlock>,
+    stored_scratch: Vec<KvCacheStoredBlockData>,
     removed_scratch: Vec<u64>,
     new_scratch: Vec<bool>,
     slot_scratch: Vec<u32>,
@@ -270,6 +273,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                 prompt_tokens: prepared.prompt_tokens,
             },
             session: prepared.session.clone(),
+            identity: Default::default(),
         };
         let started = Instant::now();
         let booked = self.router.book(&route);
@@ -362,7 +366,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             return;
         };
         let prepared = &self.workload.requests[job.request as usize];
-        let hashes = &prepared.sequence_hashes;
+        let hashes = SequenceHash::as_u64s(&prepared.sequence_hashes);
         let own = &self.workers[worker].cache;
         let mut position = own.prefix_len(hashes);
         let mut local = position;
@@ -471,7 +475,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
     /// Makes the worker hold every block of the request, publishing one `removed` event for
     /// what it evicted, then `stored` events for the new blocks (chained to their parents).
     fn store_blocks(&mut self, worker: usize, request: usize) {
-        let hashes = &self.workload.requests[request].sequence_hashes;
+        let prepared = &self.workload.requests[request];
+        let hashes = SequenceHash::as_u64s(&prepared.sequence_hashes);
         let state = &mut self.workers[worker];
         let mut new = std::mem::take(&mut self.new_scratch);
         let mut evicted = std::mem::take(&mut self.removed_scratch);
@@ -484,16 +489,13 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let event_ns = &mut self.result.event_ns;
         let router = self.router;
         if !evicted.is_empty() {
-            for hash in evicted.iter_mut() {
-                *hash = engine_block_hash(*hash);
-            }
-            let data = KvEventData::Removed {
-                block_hashes: evicted,
-            };
-            evicted = match publish_event(router, state, events, event_ns, data) {
-                KvEventData::Removed { block_hashes } => block_hashes,
-                _ => Vec::new(),
-            };
+            let data = KvCacheEventData::Removed(KvCacheRemoveData {
+                block_hashes: evicted
+                    .iter()
+                    .map(|hash| EngineBlockHash(engine_block_hash(*hash)))
+                    .collect(),
+            });
+            publish_event(router, state, events, event_ns, data);
         }
         let mut run = std::mem::take(&mut self.stored_scratch);
         run.clear();
@@ -501,11 +503,14 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         for (index, is_new) in new.iter().enumerate() {
             if *is_new {
                 if run.is_empty() {
-                    parent = index.checked_sub(1).map(|p| engine_block_hash(hashes[p]));
+                    parent = index
+                        .checked_sub(1)
+                        .map(|p| EngineBlockHash(engine_block_hash(hashes[p])));
                 }
-                run.push(StoredBlock {
-                    block_hash: engine_block_hash(hashes[index]),
-                    tokens_hash: hashes[index],
+                run.push(KvCacheStoredBlockData {
+                    block_hash: EngineBlockHash(engine_block_hash(hashes[index])),
+                    tokens_hash: prepared.local_hashes[index],
+                    mm_extra_info: None,
                 });
             } else if !run.is_empty() {
                 run = publish_run(router, state, events, event_ns, parent, run);
@@ -527,15 +532,16 @@ fn publish_run<R: RouterPort + ?Sized>(
     worker: &mut SimWorker,
     events: &mut u64,
     event_ns: &mut u64,
-    parent_hash: Option<u64>,
-    blocks: Vec<StoredBlock>,
-) -> Vec<StoredBlock> {
-    let data = KvEventData::Stored {
+    parent_hash: Option<EngineBlockHash>,
+    blocks: Vec<KvCacheStoredBlockData>,
+) -> Vec<KvCacheStoredBlockData> {
+    let data = KvCacheEventData::Stored(KvCacheStoreData {
         parent_hash,
+        start_position: None,
         blocks,
-    };
+    });
     let mut run = match publish_event(router, worker, events, event_ns, data) {
-        KvEventData::Stored { blocks, .. } => blocks,
+        KvCacheEventData::Stored(store) => store.blocks,
         _ => Vec::new(),
     };
     run.clear();
@@ -548,13 +554,13 @@ fn publish_event<R: RouterPort + ?Sized>(
     worker: &mut SimWorker,
     events: &mut u64,
     event_ns: &mut u64,
-    data: KvEventData,
-) -> KvEventData {
-    let event = KvEvent::new(worker.id, worker.next_event_id, data);
+    data: KvCacheEventData,
+) -> KvCacheEventData {
+    let event = RouterEvent::new(worker.id, worker.next_event_id, data);
     worker.next_event_id += 1;
     *events += 1;
     let started = Instant::now();
     router.apply_event(&event);
     *event_ns += started.elapsed().as_nanos() as u64;
-    event.data
+    event.event.data
 }

@@ -158,6 +158,7 @@ impl SelectionService {
     fn ensure_partition(&self, record: &WorkerCatalogRecord) -> Result<Arc<Partition>, String> {
         let key = record.partition();
         let block_size = record.block_size.unwrap_or_default();
+        let eagle = record.is_eagle.unwrap_or(false);
         let mut partitions = self.partitions.write();
         let partition = partitions.entry(key.clone()).or_insert_with(|| {
             Arc::new(Partition::new(
@@ -165,12 +166,19 @@ impl SelectionService {
                 self.setup.clone(),
                 self.options,
                 block_size,
+                eagle,
             ))
         });
         if partition.block_size != block_size {
             return Err(format!(
                 "block_size mismatch for {key}: existing={} requested={block_size}",
                 partition.block_size
+            ));
+        }
+        if partition.eagle != eagle {
+            return Err(format!(
+                "is_eagle mismatch for {key}: existing={} requested={eagle}",
+                partition.eagle
             ));
         }
         Ok(Arc::clone(partition))

@@ -70,7 +70,9 @@ impl SelectionService {
             routing_group: request.routing_group,
         };
         let partition = self.ready_partition(&key)?;
-        let prompt = request.prompt.normalize(partition.block_size)?;
+        let prompt = request
+            .prompt
+            .normalize(partition.block_size, partition.eagle)?;
         let ranks: Vec<WorkerId> = self
             .catalog
             .read()

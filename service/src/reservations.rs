@@ -2,6 +2,7 @@
 //! for a later `POST /reservations`.
 
 use crate::worker_record::PartitionKey;
+use dynamo_kv_router::kv::SequenceHash;
 use dynamo_kv_router::plugins::SessionContext;
 use dynamo_kv_router::router::{Role, WorkerId};
 use std::collections::HashMap;
@@ -31,7 +32,7 @@ pub struct PendingSelection {
     /// The role it was chosen for.
     pub role: Role,
     /// The prompt's sequence hashes.
-    pub sequence_hashes: Vec<u64>,
+    pub sequence_hashes: Vec<SequenceHash>,
     /// The prompt length.
     pub isl_tokens: usize,
     /// The session.

@@ -14,6 +14,9 @@ pub struct PromptRequest {
     pub token_ids: Option<Vec<u32>>,
     /// Upstream's multimodal routing tokens: `routing_token_ids` replace `token_ids`.
     pub mm_routing_info: Option<MmRoutingInfo>,
+    /// Per block, its multimodal objects (`{"mm_objects": [{"mm_hash", "offsets"}]}` or null);
+    /// their hashes salt the block hashes.
+    pub block_mm_infos: Option<Vec<serde_json::Value>>,
     /// Precomputed local block hashes (signed 64-bit), one per full block.
     pub block_hashes: Option<Vec<i64>>,
     /// Precomputed sequence hashes (signed 64-bit), one per full block.
@@ -33,7 +36,7 @@ pub struct PromptRequest {
 pub struct MmRoutingInfo {
     /// The tokens to route on.
     pub routing_token_ids: Vec<u32>,
-    /// Per-block multimodal information (not supported: must be absent or all null).
+    /// Per-block multimodal objects, as `block_mm_infos`.
     #[serde(default)]
     pub block_mm_infos: Vec<serde_json::Value>,
 }

@@ -8,6 +8,7 @@ use crate::reservations::{PendingSelection, PendingSelections, ReservationIndex}
 use crate::selection_request::{ReservationRequest, SelectRequest, WorkerRank};
 use crate::selection_response::{OverlapSummary, ReservationResponse, SelectResponse};
 use crate::worker_record::{PartitionKey, WorkerCatalogRecord, WorkerLifecycle};
+use dynamo_kv_router::kv::SequenceHash;
 use dynamo_kv_router::router::{
     BookError, Booking, Prompt, Role, RouteRequest, RouterOptions, RouterSetup, WorkerId,
 };
@@ -162,7 +163,9 @@ impl SelectionService {
         admission: Admission,
         selection_id: Option<String>,
     ) -> Result<(Booking, crate::prompt::NormalizedPrompt), ServiceError> {
-        let prompt = request.prompt.normalize(partition.block_size)?;
+        let prompt = request
+            .prompt
+            .normalize(partition.block_size, partition.eagle)?;
         let route = RouteRequest::new(
             selection_id.unwrap_or_default(),
             role,
@@ -415,7 +418,7 @@ impl SelectionService {
         let (sequence_hashes, isl_tokens) = if prompt.token_ids.is_some()
             || prompt.mm_routing_info.is_some()
         {
-            let normalized = prompt.normalize(partition.block_size)?;
+            let normalized = prompt.normalize(partition.block_size, partition.eagle)?;
             (normalized.sequence_hashes, normalized.isl_tokens)
         } else {
             let given = prompt.sequence_hashes.as_deref().ok_or_else(|| {
@@ -425,9 +428,14 @@ impl SelectionService {
                 ServiceError::BadRequest("isl_tokens is required without token_ids".to_owned())
             })?;
             let hashes = if prompt.block_hashes.is_some() {
-                prompt.normalize(partition.block_size)?.sequence_hashes
+                prompt
+                    .normalize(partition.block_size, partition.eagle)?
+                    .sequence_hashes
             } else {
-                given.iter().map(|hash| *hash as u64).collect()
+                given
+                    .iter()
+                    .map(|hash| SequenceHash(*hash as u64))
+                    .collect()
             };
             (hashes, isl_tokens)
         };

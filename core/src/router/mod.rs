@@ -21,13 +21,14 @@ pub mod setup;
 pub mod worker;
 mod workers;
 
-pub use crate::kv::{EventOutcome, IgnoreReason};
+pub use crate::kv::{EventOutcome, IgnoreReason, ReplayRequest};
 pub use booking::{BookError, Booking, BookingStats};
 pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::kv::{KvEvent, KvIndex, sequence_hashes_iter};
+use crate::block_identity::SequenceHash;
+use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter};
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
     Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
@@ -192,18 +193,51 @@ impl Router {
             .map(|entry| entry.load.snapshot())
     }
 
-    /// Applies one KV event; anomalies are counted and change nothing.
-    pub fn apply_event(&self, event: &KvEvent) -> EventOutcome {
+    /// Applies one KV event (upstream's `RouterEvent`); anomalies are counted and change
+    /// nothing. When it returns `Ignored(IgnoreReason::Gap)` the worker lost events: ask its
+    /// engine to replay from [`Router::replay_request`] and feed the replayed events here, in
+    /// order; until then the worker is not trusted (it gets no cached prefix).
+    pub fn apply_event(&self, event: &RouterEvent) -> EventOutcome {
         let outcome = self.state.write().index.apply(event);
         if let EventOutcome::Ignored(reason) = outcome {
-            tracing::debug!(worker = %event.worker, event_id = event.event_id, %reason, "KV event ignored");
+            tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %reason, "KV event ignored");
         }
         outcome
     }
 
-    /// Reads one KV event from JSON and applies it; malformed input is counted and ignored.
+    /// Applies events that arrived together (one engine batch), in order, under one lock.
+    /// Consecutive events of one worker that share an `event_id` count as one numbered
+    /// delivery, as upstream numbers a whole engine batch by its sequence number.
+    pub fn apply_event_batch(&self, events: &[RouterEvent]) -> Vec<EventOutcome> {
+        self.state.write().index.apply_batch(events)
+    }
+
+    /// The first event id `worker` must replay, if it lost events.
+    pub fn replay_request(&self, worker: WorkerId) -> Option<u64> {
+        self.state.read().index.replay_request(worker)
+    }
+
+    /// Every worker awaiting a replay of lost events, sorted by worker.
+    pub fn replay_requests(&self) -> Vec<ReplayRequest> {
+        self.state.read().index.replay_requests()
+    }
+
+    /// Gives up on replaying `worker`'s lost events (the engine could not replay them): its
+    /// cache state is reset and its next event, whatever its id, starts its stream again.
+    /// Returns `false` if the worker is not registered.
+    pub fn abandon_recovery(&self, worker: WorkerId) -> bool {
+        self.state.write().index.abandon_recovery(worker)
+    }
+
+    /// What the index knows about `worker`: blocks held, last event id, pending replay.
+    pub fn worker_index_state(&self, worker: WorkerId) -> Option<WorkerIndexState> {
+        self.state.read().index.worker_state(worker)
+    }
+
+    /// Reads one KV event from upstream's JSON form and applies it; malformed input is counted
+    /// and ignored.
     pub fn apply_event_json(&self, json: &str) -> EventOutcome {
-        match KvEvent::from_json(json) {
+        match RouterEvent::from_json(json) {
             Ok(event) => self.apply_event(&event),
             Err(error) => {
                 tracing::debug!(%error, "malformed KV event ignored");
@@ -214,7 +248,7 @@ impl Router {
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches, per the index.
-    pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize {
+    pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         self.state
             .read()
             .index
@@ -400,10 +434,15 @@ impl Router {
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let hashes: &[u64] = match &request.prompt {
-            Prompt::Tokens(tokens) => {
+        let hashes: &[SequenceHash] = match &request.prompt {
+            Prompt::Tokens(tokens) if request.identity.is_plain() => {
                 hash_buffer.clear();
                 hash_buffer.extend(sequence_hashes_iter(tokens, block_size));
+                hash_buffer
+            }
+            Prompt::Tokens(tokens) => {
+                *hash_buffer =
+                    crate::kv::sequence_hashes_for_request(tokens, block_size, &request.identity);
                 hash_buffer
             }
             Prompt::Blocks {
@@ -581,7 +620,7 @@ impl Router {
         let block_size = self.setup.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
         let blocks = match &request.prompt {
-            Prompt::Tokens(tokens) => tokens.len() / block_size.max(1) as usize,
+            Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),
             Prompt::Blocks {
                 sequence_hashes, ..
             } => sequence_hashes.len(),
