@@ -18,6 +18,11 @@ pub trait KvEventIngress: Send + Sync {
         record: &WorkerCatalogRecord,
         partition: Arc<Partition>,
     ) -> Result<AttachedIngress, String>;
+
+    /// The ingress's own counters in the Prometheus text format (none by default).
+    fn prometheus_text(&self) -> String {
+        String::new()
+    }
 }
 
 /// Background tasks feeding one worker; dropping the guard stops them.

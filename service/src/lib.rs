@@ -10,9 +10,12 @@
 pub mod engine_event;
 pub mod engine_publisher;
 pub mod error;
+pub mod event_conversion;
 pub mod event_transport;
 pub mod http;
+pub mod ingest_stats;
 pub mod ingress;
+pub mod kv_listener;
 pub mod loopback_client;
 pub mod membership;
 pub mod msgpack_batch;
@@ -25,6 +28,7 @@ pub mod selection_response;
 pub mod selection_service;
 pub mod serve;
 pub mod worker_record;
+pub mod zmq_ingress;
 
 pub use error::ServiceError;
 pub use selection_service::SelectionService;

@@ -154,6 +154,7 @@ impl SelectionService {
                 out.push('\n');
             }
         }
+        out.push_str(&self.ingress.prometheus_text());
         out
     }
 }
