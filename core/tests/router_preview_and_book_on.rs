@@ -1,5 +1,6 @@
 //! `Router::preview` chooses without reserving or hinting; `Router::book_on` books a worker the
-//! caller chose, with the prefill less the prefix that worker caches.
+//! caller chose, with the prefill less the prefix that worker caches; `Router::export_events`
+//! dumps the index as events that rebuild it.
 
 mod common;
 
@@ -103,4 +104,42 @@ fn book_on_an_unknown_worker_or_other_role_reserves_nothing() {
         })
     ));
     assert_eq!(load_of(&router, worker(1)), WorkerLoad::default());
+}
+
+#[test]
+fn exported_events_rebuild_the_same_lookups() {
+    let router = hinting_router();
+    let first = tokens(16, 3);
+    let second = tokens(12, 4);
+    router.apply_event(&stored(worker(1), 0, &first, 4));
+    router.apply_event(&stored(worker(2), 0, &second, 2));
+    let events = router.export_events();
+    assert_eq!(events.len(), 6);
+    assert!(events.iter().all(|event| event.block_count() == 1));
+
+    let copy = hinting_router();
+    for event in &events {
+        assert_eq!(
+            copy.apply_event(event),
+            dynamo_kv_router::router::EventOutcome::Applied
+        );
+    }
+    for (prompt, id) in [(&first, 1), (&second, 2)] {
+        let hashes = dynamo_kv_router::kv::sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
+        assert_eq!(
+            copy.cached_prefix(worker(id), &hashes),
+            router.cached_prefix(worker(id), &hashes)
+        );
+        assert!(copy.cached_prefix(worker(id), &hashes) > 0);
+    }
+    let reread: Vec<_> = events
+        .iter()
+        .map(|event| dynamo_kv_router::kv::RouterEvent::from_json(&event.to_json()).ok())
+        .collect();
+    assert!(
+        reread
+            .iter()
+            .zip(&events)
+            .all(|(again, event)| again.as_ref() == Some(event))
+    );
 }

@@ -113,7 +113,9 @@ impl SelectionService {
         })
     }
 
-    /// `GET /dump`: per partition (`"model:group"`), its block size and its index as events.
+    /// `GET /dump`: per partition (`"model:group"`), its block size and its index as upstream
+    /// `RouterEvent`s (see `Router::export_events`: one root `stored` event per block a worker
+    /// holds, whose `tokens_hash` is the block's sequence hash).
     pub fn dump(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
         for partition in self.partitions() {
@@ -124,7 +126,7 @@ impl SelectionService {
                 ),
                 serde_json::json!({
                     "block_size": partition.block_size,
-                    "events": Vec::<serde_json::Value>::new(),
+                    "events": partition.router.export_events(),
                 }),
             );
         }

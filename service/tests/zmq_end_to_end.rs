@@ -231,6 +231,20 @@ async fn events_bookings_hints_replay_restart_and_reconnect() {
     wait_for(&mut client, &mut engine_a, &fourth, 1, 2).await;
     assert!(stats.connects.load(Ordering::Relaxed) >= 3);
 
+    // The dump holds worker 2's blocks as upstream RouterEvents.
+    let dump = client.get("/dump").await.expect("dump").json();
+    let events = dump["m:default"]["events"].as_array().expect("events");
+    let of_worker_2 = events
+        .iter()
+        .filter(|event| event["worker_id"] == json!(2))
+        .count();
+    assert_eq!(of_worker_2, 3, "{dump}");
+    assert!(
+        events
+            .iter()
+            .all(|event| event["event"]["data"]["stored"]["blocks"].is_array())
+    );
+
     // Releasing every booking returns the loads to zero.
     for id in std::iter::once("b1".to_owned())
         .chain(std::iter::once("h1".to_owned()))

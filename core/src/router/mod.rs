@@ -27,8 +27,10 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::block_identity::SequenceHash;
-use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter};
+use crate::block_identity::{LocalBlockHash, SequenceHash};
+use crate::kv::{
+    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter,
+};
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
     Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
@@ -227,6 +229,28 @@ impl Router {
     /// Returns `false` if the worker is not registered.
     pub fn abandon_recovery(&self, worker: WorkerId) -> bool {
         self.state.write().index.abandon_recovery(worker)
+    }
+
+    /// The index as upstream `RouterEvent`s, worker by worker (sorted): one `stored` event per
+    /// block a worker holds, numbered from 0, each a root block whose `tokens_hash` is the
+    /// block's sequence hash. Applied to an empty router with the same workers, the events
+    /// rebuild the same lookups (a root block's sequence hash is its local hash).
+    pub fn export_events(&self) -> Vec<RouterEvent> {
+        let state = self.state.read();
+        let mut events = Vec::new();
+        for entry in state.workers.iter() {
+            let worker = entry.info.id;
+            let mut blocks = state.index.worker_blocks(worker);
+            blocks.sort_unstable();
+            events.extend(blocks.into_iter().enumerate().map(|(id, (seq, engine))| {
+                RouterEvent::new(
+                    worker,
+                    id as u64,
+                    KvCacheEventData::stored(None, [(engine, LocalBlockHash(seq.get()))]),
+                )
+            }));
+        }
+        events
     }
 
     /// What the index knows about `worker`: blocks held, last event id, pending replay.
