@@ -21,6 +21,12 @@ pub enum CommandError {
         /// What went wrong and what to do.
         message: String,
     },
+    /// The service could not start or stopped with an error.
+    #[error("error: {message}\n")]
+    Serve {
+        /// What went wrong and what to do.
+        message: String,
+    },
     /// The output could not be written.
     #[error("error: cannot write the output: {0}\n")]
     Output(#[from] std::io::Error),

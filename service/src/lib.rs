@@ -27,6 +27,7 @@ pub mod selection_request;
 pub mod selection_response;
 pub mod selection_service;
 pub mod serve;
+pub mod simulated_engines;
 pub mod worker_record;
 pub mod zmq_ingress;
 

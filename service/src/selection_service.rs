@@ -33,6 +33,27 @@ pub struct SelectionService {
     pub(crate) partitions: RwLock<BTreeMap<PartitionKey, Arc<Partition>>>,
     pub(crate) reservations: Mutex<ReservationIndex>,
     pub(crate) pending: Mutex<PendingSelections>,
+    pub(crate) observer: Option<Arc<dyn BookingObserver>>,
+}
+
+/// A booking as `/select_and_reserve` made it, for in-process observers (the simulated
+/// engines of `serve --simulate` compute what they are booked for).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BookedRequest {
+    /// The booking id.
+    pub selection_id: String,
+    /// The booked worker rank.
+    pub worker: WorkerId,
+    /// The prompt's tokens, when the request carried them.
+    pub token_ids: Option<Vec<u32>>,
+    /// The hint the worker was sent.
+    pub hint: Option<dynamo_kv_router::wire::KvHint>,
+}
+
+/// Told of every booking `/select_and_reserve` makes.
+pub trait BookingObserver: Send + Sync {
+    /// Called after the booking is installed.
+    fn booked(&self, booking: BookedRequest);
 }
 
 /// Whether a selection books load or only chooses.
@@ -59,7 +80,14 @@ impl SelectionService {
             partitions: RwLock::new(BTreeMap::new()),
             reservations: Mutex::new(ReservationIndex::default()),
             pending: Mutex::new(PendingSelections::default()),
+            observer: None,
         }
+    }
+
+    /// The same service telling `observer` of every booking.
+    pub fn with_observer(mut self, observer: Arc<dyn BookingObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The partition `key`, if a worker ever made it.
@@ -138,6 +166,16 @@ impl SelectionService {
                     at: Instant::now(),
                 },
             );
+        }
+        if admission == Admission::Book
+            && let (Some(observer), Some(id)) = (&self.observer, &selection_id)
+        {
+            observer.booked(BookedRequest {
+                selection_id: id.clone(),
+                worker: booking.worker,
+                token_ids: request.prompt.routing_tokens().map(<[u32]>::to_vec),
+                hint: booking.hint.clone(),
+            });
         }
         self.response(&partition, booking, prompt, admission, selection_id)
     }
