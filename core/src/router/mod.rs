@@ -10,6 +10,7 @@
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
+mod active_blocks;
 mod blind_selection;
 pub mod booking;
 mod booking_lookup;
@@ -38,10 +39,11 @@ use blind_selection::BlindSelector;
 use booking_lookup::BookingLookup;
 use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
-use load::LoadLedger;
+use load::{ActiveChain, LoadLedger};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{WorkerEntry, Workers};
 
@@ -304,9 +306,9 @@ impl Router {
         &self,
         request_id: &str,
         role: Role,
-        worker: &std::sync::Arc<WorkerEntry>,
+        worker: &Arc<WorkerEntry>,
         prefill_tokens: usize,
-        blocks: usize,
+        chain: ActiveChain,
         now: Instant,
     ) {
         let deadline = now + self.options.booking_ttl;
@@ -315,7 +317,7 @@ impl Router {
             role,
             worker,
             prefill_tokens as u64,
-            blocks as u64,
+            chain,
             deadline,
         );
     }
@@ -370,7 +372,7 @@ impl Router {
                 .zip(lengths.iter())
             {
                 candidate.cached_blocks = *cached_blocks;
-                candidate.load = entry.load.snapshot();
+                candidate.load = entry.load.projection(hashes);
             }
         } else {
             candidates.clear();
@@ -378,7 +380,7 @@ impl Router {
                 |(entry, cached_blocks)| Candidate {
                     worker: entry.info.id,
                     cached_blocks: *cached_blocks,
-                    load: entry.load.snapshot(),
+                    load: entry.load.projection(hashes),
                     router_hint: entry.info.capabilities.router_hint,
                     source_endpoint: entry.source_endpoint.clone(),
                 },
@@ -430,7 +432,10 @@ impl Router {
             role,
             booked,
             prefill_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes)),
+                untracked_blocks: 0,
+            },
             start,
         );
 
@@ -530,7 +535,10 @@ impl Router {
             role,
             booked,
             prompt_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: None,
+                untracked_blocks: blocks as u64,
+            },
             start,
         );
         drop(state);
