@@ -139,6 +139,28 @@ mod tests {
     }
 
     #[test]
+    fn the_envelope_of_a_committed_copy_is_upstreams_byte_for_byte() {
+        let mut cluster = Cluster::new(4);
+        cluster.add(1, 4).hint("tcp://10.0.0.7:23280");
+        cluster.add(2, 1).hint("tcp://b");
+        let copy = KvCopy {
+            source: worker(1),
+            source_endpoint: "tcp://10.0.0.7:23280".into(),
+            first_block: 1,
+            block_hashes: [9000, 9001, 9002, 9003].map(EngineBlockHash).to_vec(),
+        };
+        let actions = hints(&kv_fetch(1), &cluster, 2, Some(&copy));
+        let hint = dynamo_kv_router::wire::KvHint::numbered("req-7", actions);
+        // What upstream's `KvHint::new("req-7", vec![KvHintAction::fetch("a1",
+        // KvSourceLocationsPayload { .. })])` serialises to: fields in declaration order, the
+        // payload a sorted map, the source's hashes from block 0.
+        assert_eq!(
+            hint.to_json(),
+            r#"{"protocol_version":"0.1","message_id":"req-7","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[9000,9001,9002,9003],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}"#
+        );
+    }
+
+    #[test]
     fn a_committed_copy_becomes_one_action() {
         let mut cluster = Cluster::new(6);
         cluster.add(1, 6).hint("tcp://10.0.0.7:23280");

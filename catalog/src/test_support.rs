@@ -78,6 +78,7 @@ impl CandidateMut<'_> {
             active_prefill_tokens,
             active_blocks,
             active_requests,
+            additional_active_blocks: 0,
         };
         self
     }

@@ -217,3 +217,38 @@ fn kv_fetch_best_effort_obeys_min_additional_blocks() {
         }
     }
 }
+
+#[test]
+fn the_decode_term_counts_blocks_shared_with_active_requests_once() {
+    let router = router("dynamo-default-cost-fn", json!({"seed": 3}), Some(vec![]));
+    // w1 runs A (8 blocks), w2 runs Z (3 unrelated blocks); both prefills are done.
+    router.register_worker(plain(1)).unwrap();
+    warm(&router, "a", 0, 8);
+    router.register_worker(plain(2)).unwrap();
+    // Z on w1: 3 + 8 + 3 = 14, on w2: 3 + 0 + 3 = 6 → w2.
+    let z = router
+        .book(&request("z", prompt(50_000, 3)))
+        .expect("booked");
+    assert_eq!(z.worker, worker(2));
+    router.prefill_complete("z");
+
+    // Y shares A's first 6 blocks and adds 2 of its own (8 blocks).
+    let mut y = prompt(0, 6);
+    y.extend(prompt(90_000, 2));
+    // w1: prefill 8 + 8 active + 2 not shared = 18; w2: 8 + 3 + 8 = 19 → w1. Counting each
+    // request's blocks separately (8 + 8 on w1 against 3 + 8 on w2) would pick w2.
+    let booking = router.book(&request("y", y)).expect("booked");
+    assert_eq!(booking.worker, worker(1));
+    let loads: BTreeMap<WorkerId, u64> = router
+        .workers()
+        .into_iter()
+        .map(|(info, load)| (info.id, load.active_blocks))
+        .collect();
+    assert_eq!(loads, BTreeMap::from([(worker(1), 10), (worker(2), 3)]));
+    router.release("a");
+    assert_eq!(
+        router.workers()[0].1.active_blocks,
+        8,
+        "Y keeps the shared blocks"
+    );
+}

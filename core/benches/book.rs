@@ -30,7 +30,7 @@ impl WorkerSelectionPolicy for CostSelection {
         let cost = |c: &Candidate| {
             let prefill =
                 (c.load.active_prefill_tokens as f64 + request.prompt_tokens as f64) / block_size;
-            (prefill - c.cached_blocks as f64).max(0.0) + c.load.active_blocks as f64
+            (prefill - c.cached_blocks as f64).max(0.0) + c.load.potential_decode_blocks() as f64
         };
         context
             .candidates()

@@ -58,12 +58,12 @@ fn anomalies_are_counted_and_change_nothing() {
             IgnoreReason::UnknownWorker,
         ),
         (
-            RouterEvent::new(worker(1), 0, KvCacheEventData::Cleared),
-            IgnoreReason::OutOfOrder,
-        ),
-        (
             removed(1, &[1, 2, 3].map(EngineBlockHash)),
             IgnoreReason::UnknownBlocks,
+        ),
+        (
+            RouterEvent::new(worker(1), 1, KvCacheEventData::Cleared),
+            IgnoreReason::OutOfOrder,
         ),
         (unknown_parent, IgnoreReason::UnknownParent),
         (self_parent, IgnoreReason::InvalidBlockSequence),

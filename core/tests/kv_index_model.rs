@@ -41,7 +41,7 @@ impl ModelWorker {
             self.awaiting_until = None;
             return Ok(());
         }
-        if id == 0 && self.last.is_some_and(|last| last > 0) {
+        if id == 0 && self.last.is_some() {
             self.clear();
             self.last = Some(0);
             self.awaiting_until = None;

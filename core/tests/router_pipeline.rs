@@ -169,6 +169,49 @@ fn an_erroring_and_a_panicking_policy_drop_only_their_own_actions() {
     ));
 }
 
+/// Returns one object payload and one that is not an object.
+struct NonObjectPayload;
+
+impl dynamo_kv_router::plugins::HintPolicy for NonObjectPayload {
+    fn build_hints(
+        &self,
+        _context: &dynamo_kv_router::plugins::HintContext<'_>,
+    ) -> Result<Vec<dynamo_kv_router::plugins::HintAction>, dynamo_kv_router::plugins::PolicyError>
+    {
+        use dynamo_kv_router::plugins::HintAction;
+        Ok(vec![
+            HintAction::new("test.ok", "1.0", serde_json::json!({})),
+            HintAction::new("test.list", "1.0", serde_json::json!([1, 2])),
+        ])
+    }
+}
+
+#[test]
+fn a_non_object_payload_is_a_policy_error() {
+    let router = agg_router(vec![
+        hint("before", Emit::new("b", 1)),
+        hint("lists", NonObjectPayload),
+        hint("after", Emit::new("a", 1)),
+    ]);
+    let booking = router
+        .book(&request("r", Role::Aggregated, tokens(8, 1)))
+        .expect("booked");
+    assert_eq!(
+        tags(&booking),
+        vec![
+            ("a1".to_owned(), "b0".to_owned()),
+            ("a2".to_owned(), "a0".to_owned())
+        ]
+    );
+    assert_eq!(booking.stats.policy_failures, 1);
+    let failures = router.metrics().hint_policy_failures;
+    let lists = failures
+        .iter()
+        .find(|f| f.name == "lists")
+        .map(|f| f.errors);
+    assert_eq!(lists, Some(1));
+}
+
 #[test]
 fn no_hint_policy_runs_without_router_hint() {
     let emit = Emit::new("x", 3);

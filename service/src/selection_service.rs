@@ -346,7 +346,7 @@ impl SelectionService {
         let gpu = tokens_of(booking.stats.cached_blocks, block_size);
         let cached_tokens = booking.stats.cached_blocks * block_size as usize;
         let effective_prefill_tokens = prompt.isl_tokens.saturating_sub(cached_tokens);
-        let request_blocks = prompt.isl_tokens.div_ceil(block_size.max(1) as usize) as u64;
+        let request_blocks = prompt.sequence_hashes.len() as u64;
         let active_blocks = partition
             .router
             .load_of(worker)

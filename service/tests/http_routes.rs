@@ -160,7 +160,7 @@ async fn booking_answers_and_load_accounting() {
     assert_eq!(body["block_size"], json!(16));
     assert_eq!(body["isl_tokens"], json!(100));
     assert_eq!(body["effective_prefill_tokens"], json!(100));
-    assert_eq!(body["potential_decode_blocks"], json!(7));
+    assert_eq!(body["potential_decode_blocks"], json!(6));
     assert_eq!(body["track_prefill_tokens"], json!(true));
     assert_eq!(body["sequence_hashes"].as_array().map(Vec::len), Some(6));
     assert!(body["sequence_hashes"][0].is_i64());
@@ -271,7 +271,7 @@ async fn select_then_reserve_and_explicit_reservations() {
     assert!(body.get("sequence_hashes").is_none());
     assert!(body.get("isl_tokens").is_none());
     assert!(body.get("kv_hint").is_none());
-    assert_eq!(body["potential_decode_blocks"], json!(3));
+    assert_eq!(body["potential_decode_blocks"], json!(2));
     assert_all_loads_zero(&mut client).await;
 
     let reserved = client

@@ -8,13 +8,8 @@ mod common;
 use common::*;
 use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
 use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
-use kv_router_service::event_transport::ZmqTransport;
-use kv_router_service::ingest_stats::IngestStats;
-use kv_router_service::kv_listener::ListenerOptions;
 use kv_router_service::loopback_client::LoopbackClient;
-use kv_router_service::zmq_ingress::ZmqIngress;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -52,28 +47,7 @@ fn now() -> f64 {
 }
 
 fn registration(id: u64, engine: &EnginePublisher) -> Value {
-    let mut body = worker_body(id);
-    body["kv_events_endpoint"] = json!(engine.events_endpoint());
-    body["replay_endpoint"] = json!(engine.replay_endpoint());
-    body
-}
-
-async fn device_blocks(client: &mut LoopbackClient, prompt: &[u32], worker: u64) -> u64 {
-    let scores = client
-        .post_json(
-            "/overlap_scores",
-            &json!({"model_name": "m", "token_ids": prompt}),
-        )
-        .await
-        .expect("overlap scores")
-        .json();
-    scores["workers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|score| score["worker_id"] == json!(worker))
-        .and_then(|score| score["device_blocks"].as_u64())
-        .unwrap_or(0)
+    engine_registration(id, engine.events_endpoint(), engine.replay_endpoint())
 }
 
 /// Polls (at most 10 s) until `worker` holds `blocks` leading blocks of `prompt`; meanwhile the
@@ -95,19 +69,6 @@ async fn wait_for(
     }
     let seen = device_blocks(client, prompt, worker).await;
     panic!("worker {worker} holds {seen} blocks of the prompt, expected {blocks}");
-}
-
-async fn start_zmq() -> (TestService, Arc<IngestStats>) {
-    let ingress = ZmqIngress::new(
-        Arc::new(ZmqTransport),
-        ListenerOptions {
-            idle_reconnect: Duration::from_millis(300),
-            replay_wait: Duration::from_secs(1),
-            retry_pause: Duration::from_millis(50),
-        },
-    );
-    let stats = ingress.stats();
-    (start_with(KVCR_YAML, Arc::new(ingress)).await, stats)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,9 @@
 //!
 //! Rules (upstream's cursor, plus engine restarts):
 //! - the next event is `last + 1` (0 for a worker that has sent nothing yet);
-//! - an event at or before `last` is a duplicate, except `0` after later ids: the engine
-//!   restarted, so its cache is empty and its numbering starts over;
+//! - an event at or before `last` is a duplicate, except `0`: the engine restarted, so its cache
+//!   is empty and its numbering starts over (a duplicate of event 0 while `last` is 0 re-applies
+//!   it onto an empty cache, which changes nothing);
 //! - an event past the next one means events were lost: the worker awaits the replay of the
 //!   range from the next id, is not trusted meanwhile, and applies the replayed events in order
 //!   until it has caught up with the newest id it saw; a `cleared` past a gap makes the lost
@@ -73,7 +74,7 @@ impl EventCursor {
             };
             return Admission::Apply { recovered: false };
         }
-        if id == 0 && self.last.is_some_and(|last| last > 0) {
+        if id == 0 && self.last.is_some() {
             *self = EventCursor {
                 last: Some(0),
                 ..EventCursor::default()
@@ -166,7 +167,12 @@ mod tests {
         assert_eq!(cursor.replay_from(), Some(7));
         assert_eq!(cursor.admit(9, true), Admission::Apply { recovered: true });
         assert_eq!(cursor.admit(0, false), Admission::Restart);
-        assert_eq!(cursor.admit(0, false), Admission::Duplicate);
+        assert_eq!(cursor.admit(0, false), Admission::Restart);
+        assert_eq!(
+            cursor.admit(1, false),
+            Admission::Apply { recovered: false }
+        );
+        assert_eq!(cursor.admit(1, false), Admission::Duplicate);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
+mod active_blocks;
 mod blind_selection;
 pub mod booking;
 mod booking_lookup;
@@ -29,7 +30,8 @@ pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 use crate::kv::{
-    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter,
+    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, full_blocks,
+    sequence_hashes_for_request, sequence_hashes_iter,
 };
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
@@ -40,10 +42,11 @@ use blind_selection::BlindSelector;
 use booking_lookup::BookingLookup;
 use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
-use load::LoadLedger;
+use load::{ActiveChain, LoadLedger};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{WorkerEntry, Workers};
 
@@ -328,8 +331,10 @@ impl Router {
                 role: request.role,
                 worker,
             })?;
-        let hashes = match &request.prompt {
-            Prompt::Tokens(tokens) => sequence_hashes_iter(tokens, block_size).collect(),
+        let hashes: Vec<SequenceHash> = match &request.prompt {
+            Prompt::Tokens(tokens) => {
+                sequence_hashes_for_request(tokens, block_size, &request.identity)
+            }
             Prompt::Blocks {
                 sequence_hashes, ..
             } => sequence_hashes.clone(),
@@ -343,7 +348,10 @@ impl Router {
             request.role,
             entry,
             prefill_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes.as_slice())),
+                untracked_blocks: 0,
+            },
             start,
         );
         drop(state);
@@ -414,9 +422,9 @@ impl Router {
         &self,
         request_id: &str,
         role: Role,
-        worker: &std::sync::Arc<WorkerEntry>,
+        worker: &Arc<WorkerEntry>,
         prefill_tokens: usize,
-        blocks: usize,
+        chain: ActiveChain,
         now: Instant,
     ) {
         let deadline = now + self.options.booking_ttl;
@@ -425,7 +433,7 @@ impl Router {
             role,
             worker,
             prefill_tokens as u64,
-            blocks as u64,
+            chain,
             deadline,
         );
     }
@@ -485,7 +493,7 @@ impl Router {
                 .zip(lengths.iter())
             {
                 candidate.cached_blocks = *cached_blocks;
-                candidate.load = entry.load.snapshot();
+                candidate.load = entry.load.projection(hashes);
             }
         } else {
             candidates.clear();
@@ -493,7 +501,7 @@ impl Router {
                 |(entry, cached_blocks)| Candidate {
                     worker: entry.info.id,
                     cached_blocks: *cached_blocks,
-                    load: entry.load.snapshot(),
+                    load: entry.load.projection(hashes),
                     router_hint: entry.info.capabilities.router_hint,
                     source_endpoint: entry.source_endpoint.clone(),
                 },
@@ -561,7 +569,10 @@ impl Router {
             role,
             booked,
             prefill_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes)),
+                untracked_blocks: 0,
+            },
             start,
         );
 
@@ -663,7 +674,10 @@ impl Router {
                 role,
                 booked,
                 prompt_tokens,
-                prompt_tokens.div_ceil(block_size.max(1) as usize),
+                ActiveChain {
+                    hashes: None,
+                    untracked_blocks: blocks as u64,
+                },
                 start,
             );
         }

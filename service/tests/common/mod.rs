@@ -110,3 +110,59 @@ pub fn tokens(n: usize, salt: u32) -> Vec<u32> {
 pub fn expect_status(answer: &HttpAnswer, status: u16) {
     assert_eq!(answer.status, status, "body: {}", answer.text());
 }
+
+/// `SKIPPED: <test>: <reason>` on standard error (the marker `.ci/run` counts) outside CI; a
+/// failure under CI (`CI=true`), where everything a test needs is installed.
+pub fn skip_unless_ci(test: &str, reason: &str) {
+    let ci =
+        std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true") || value == "1");
+    if ci {
+        panic!("{test} cannot run: {reason}; under CI (CI=true) this is a failure, not a skip");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "\nSKIPPED: {test}: {reason}");
+}
+
+/// Leading blocks of `prompt` that `worker` of model `m` holds, per `/overlap_scores`.
+pub async fn device_blocks(client: &mut LoopbackClient, prompt: &[u32], worker: u64) -> u64 {
+    let scores = client
+        .post_json(
+            "/overlap_scores",
+            &json!({"model_name": "m", "token_ids": prompt}),
+        )
+        .await
+        .expect("overlap scores")
+        .json();
+    scores["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|score| score["worker_id"] == json!(worker))
+        .and_then(|score| score["device_blocks"].as_u64())
+        .unwrap_or(0)
+}
+
+/// A worker registration for `id` fed by the engine at `events` / `replay`.
+pub fn engine_registration(id: u64, events: &str, replay: &str) -> Value {
+    let mut body = worker_body(id);
+    body["kv_events_endpoint"] = json!(events);
+    body["replay_endpoint"] = json!(replay);
+    body
+}
+
+/// A service with the kvcr configuration fed by ZMQ, with short timings for tests.
+pub async fn start_zmq() -> (
+    TestService,
+    Arc<kv_router_service::ingest_stats::IngestStats>,
+) {
+    let ingress = kv_router_service::zmq_ingress::ZmqIngress::new(
+        Arc::new(kv_router_service::event_transport::ZmqTransport),
+        kv_router_service::kv_listener::ListenerOptions {
+            idle_reconnect: std::time::Duration::from_millis(300),
+            replay_wait: std::time::Duration::from_secs(1),
+            retry_pause: std::time::Duration::from_millis(50),
+        },
+    );
+    let stats = ingress.stats();
+    (start_with(KVCR_YAML, Arc::new(ingress)).await, stats)
+}
