@@ -63,16 +63,15 @@ impl SelectionService {
     /// the partition caches.
     pub fn overlap_scores(
         &self,
-        request: OverlapScoresRequest,
+        mut request: OverlapScoresRequest,
     ) -> Result<OverlapScoresResponse, ServiceError> {
+        let prompt_request = request.take_prompt();
         let key = PartitionKey {
             model_name: request.model_name,
             routing_group: request.routing_group,
         };
         let partition = self.ready_partition(&key)?;
-        let prompt = request
-            .prompt
-            .normalize(partition.block_size, partition.eagle)?;
+        let prompt = prompt_request.normalize(partition.block_size, partition.eagle)?;
         let ranks: Vec<WorkerId> = self
             .catalog
             .read()
