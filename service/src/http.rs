@@ -183,6 +183,16 @@ async fn overlap_scores(
     }
 }
 
+async fn potential_loads(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<Json<OverlapScoresRequest>, JsonRejection>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.potential_loads(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
 async fn dump(State(service): State<Arc<SelectionService>>) -> Response {
     Json(service.dump()).into_response()
 }
@@ -222,6 +232,7 @@ pub fn router(service: Arc<SelectionService>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/loads", get(loads))
+        .route("/potential_loads", post(potential_loads))
         .route("/overlap_scores", post(overlap_scores))
         .route("/dump", get(dump))
         .route("/metrics", get(metrics))

@@ -236,7 +236,7 @@ pub struct ReservationRequest {
 }
 
 with_prompt_fields! {
-/// The body of `POST /overlap_scores`.
+/// The body of `POST /overlap_scores` and `POST /potential_loads`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct OverlapScoresRequest {
     /// The model.

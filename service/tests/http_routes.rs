@@ -574,6 +574,19 @@ async fn overlap_scores_and_metrics() {
             "shared_cache": {"enabled": false, "total_hit_blocks": 0, "ranges": [], "error": null}
         })
     );
+    let potential = client
+        .post_json(
+            "/potential_loads",
+            &json!({"model_name": "m", "token_ids": tokens(50, 2)}),
+        )
+        .await
+        .expect("potential loads");
+    expect_status(&potential, 200);
+    assert_eq!(
+        potential.json()[0],
+        json!({"worker_id": 1, "dp_rank": 0, "potential_prefill_tokens": 50,
+               "potential_decode_blocks": 3, "active_requests": 0})
+    );
     let answer = client
         .post_json("/select_and_reserve", &booking("m1", &tokens(20, 1)))
         .await
