@@ -237,17 +237,6 @@ async fn booking_answers_and_load_accounting() {
     assert_all_loads_zero(&mut client).await;
 }
 
-async fn assert_all_loads_zero(client: &mut kv_router_service::loopback_client::LoopbackClient) {
-    let loads = client.get("/loads").await.expect("loads").json();
-    for partition in loads.as_array().expect("partitions") {
-        for load in partition["loads"].as_array().expect("loads") {
-            assert_eq!(load["active_requests"], json!(0), "{loads}");
-            assert_eq!(load["potential_prefill_tokens"], json!(0), "{loads}");
-            assert_eq!(load["potential_decode_blocks"], json!(0), "{loads}");
-        }
-    }
-}
-
 #[tokio::test]
 async fn select_then_reserve_and_explicit_reservations() {
     let service = start(DEFAULT_YAML).await;

@@ -166,3 +166,15 @@ pub async fn start_zmq() -> (
     let stats = ingress.stats();
     (start_with(KVCR_YAML, Arc::new(ingress)).await, stats)
 }
+
+/// Asserts that every rank of every partition holds no load.
+pub async fn assert_all_loads_zero(client: &mut LoopbackClient) {
+    let loads = client.get("/loads").await.expect("loads").json();
+    for partition in loads.as_array().expect("partitions") {
+        for load in partition["loads"].as_array().expect("loads") {
+            assert_eq!(load["active_requests"], json!(0), "{loads}");
+            assert_eq!(load["potential_prefill_tokens"], json!(0), "{loads}");
+            assert_eq!(load["potential_decode_blocks"], json!(0), "{loads}");
+        }
+    }
+}
