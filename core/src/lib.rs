@@ -8,6 +8,7 @@ pub mod config;
 pub mod kv;
 pub mod metrics;
 pub mod plugins;
+pub mod rng;
 pub mod router;
 pub mod wire;
 

@@ -14,7 +14,6 @@ pub mod engine_block;
 pub mod html_report;
 pub mod outcome;
 pub mod report;
-pub mod rng;
 pub mod router_port;
 pub mod simulation;
 pub mod summary;
