@@ -153,23 +153,14 @@ impl Builder<'_> {
             .registry
             .worker_selection_policy(&policy_type.value)
             .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
-        let parameters_path = format!("{path}.parameters");
-        let parameters =
-            self.parameters(role, &parameters_path, entry_value.parameters.as_ref())?;
-        let selection = policy
-            .construct_worker_selection(parameters, partition)
-            .map_err(|error| {
-                self.parameter_error(
-                    role,
-                    error,
-                    Site {
-                        parameters_path: &parameters_path,
-                        parameters: entry_value.parameters.as_ref(),
-                        fallback: policy_type.position,
-                        policy,
-                    },
-                )
-            })?;
+        let selection = self.build_from_parameters(
+            role,
+            path,
+            entry_value.parameters.as_ref(),
+            policy_type.position,
+            policy,
+            |parameters| policy.construct_worker_selection(parameters, partition),
+        )?;
         tracing::debug!(%role, policy = %policy_type.value, commitments = %selection.commitments, "constructed the worker-selection policy");
         Ok(selection)
     }
@@ -365,22 +356,14 @@ impl Builder<'_> {
         partition: &Partition,
     ) -> Result<RoleHint, ConfigError> {
         let hint = &item.value;
-        let parameters_path = format!("{entry_path}.parameters");
-        let parameters = self.parameters(role, &parameters_path, hint.parameters.as_ref())?;
-        let constructed = policy
-            .construct_hint(parameters, partition)
-            .map_err(|error| {
-                self.parameter_error(
-                    role,
-                    error,
-                    Site {
-                        parameters_path: &parameters_path,
-                        parameters: hint.parameters.as_ref(),
-                        fallback: item.position,
-                        policy,
-                    },
-                )
-            })?;
+        let constructed = self.build_from_parameters(
+            role,
+            entry_path,
+            hint.parameters.as_ref(),
+            item.position,
+            policy,
+            |parameters| policy.construct_hint(parameters, partition),
+        )?;
         Ok(self.role_hint(
             role,
             policy,
@@ -458,26 +441,29 @@ impl Builder<'_> {
         }
     }
 
-    /// A provider's rejection of its parameters, at the offending field when it can be found.
-    fn parameter_error(&self, role: Role, error: ParameterError, site: Site<'_>) -> ConfigError {
-        let position = site
-            .parameters
-            .map_or(site.fallback, |node| node.position_of(error.path()));
-        self.error(
-            position,
-            role,
-            ConfigProblem::Parameters {
-                error: error.under(site.parameters_path),
-                policy: site.policy.name.clone(),
-            },
-        )
+    /// Reads the parameters of the entry at `entry_path` and builds its policy from them; a
+    /// provider's rejection is reported at the offending field when it can be found.
+    fn build_from_parameters<T>(
+        &self,
+        role: Role,
+        entry_path: &str,
+        node: Option<&ParameterNode>,
+        fallback: Position,
+        policy: &PolicyEntry,
+        build: impl FnOnce(PolicyParameters) -> Result<T, ParameterError>,
+    ) -> Result<T, ConfigError> {
+        let parameters_path = format!("{entry_path}.parameters");
+        let parameters = self.parameters(role, &parameters_path, node)?;
+        build(parameters).map_err(|error| {
+            let position = node.map_or(fallback, |node| node.position_of(error.path()));
+            self.error(
+                position,
+                role,
+                ConfigProblem::Parameters {
+                    error: error.under(&parameters_path),
+                    policy: policy.name.clone(),
+                },
+            )
+        })
     }
-}
-
-/// Where a policy entry sits, for its construction errors.
-struct Site<'a> {
-    parameters_path: &'a str,
-    parameters: Option<&'a ParameterNode>,
-    fallback: Position,
-    policy: &'a PolicyEntry,
 }
