@@ -11,6 +11,7 @@ pub mod builtin_config;
 pub mod cluster;
 pub mod compare;
 pub mod engine_block;
+pub mod hit_rate;
 pub mod html_report;
 pub mod outcome;
 pub mod report;
