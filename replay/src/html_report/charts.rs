@@ -13,7 +13,7 @@ const HEIGHT: u32 = 380;
 /// Width of the legend panel at the right of the plot.
 const LEGEND_WIDTH: u32 = 300;
 /// Longest legend label, in characters, before it is shortened with an ellipsis.
-const LEGEND_CHARS: usize = 42;
+const LEGEND_CHARS: usize = 46;
 
 /// One colour per configuration, the same in every plot (Tableau's 10, which stay apart on
 /// white and for the common colour-vision deficiencies).
