@@ -1,10 +1,9 @@
 //! Judges the attribute's arguments and the item it is placed on, collecting every error under
 //! the token that caused it, and produces the [`Policy`] that `expand` turns into code.
-
 //!
-//! The checks are split by what they read: [`arguments`] (the attribute's arguments after the
-//! name), [`name`] (the policy name, by the rules of `dynamo-kv-router-names`) and [`item`]
-//! (the struct the attribute is placed on).
+//! The checks are split by what they read: `arguments` (the attribute's arguments after the
+//! name), `name` (the policy name, by the rules of `dynamo-kv-router-names`) and `item` (the
+//! struct the attribute is placed on).
 
 mod arguments;
 mod item;
