@@ -10,7 +10,6 @@
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
-mod active_blocks;
 mod blind_selection;
 pub mod booking;
 mod booking_lookup;
@@ -42,13 +41,13 @@ use blind_selection::BlindSelector;
 use booking_lookup::BookingLookup;
 use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
-use load::{ActiveChain, LoadLedger};
+use load::LoadLedger;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{WorkerEntry, Workers};
+use workers::{ActiveChain, WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
