@@ -63,7 +63,10 @@ pub fn expand(policy: &Policy, item: TokenStream) -> TokenStream {
     };
 
     let parameters_type = match &policy.parameters {
-        Some(parameters) => quote!(::core::stringify!(#parameters)),
+        Some(parameters) => {
+            let text = crate::type_text::type_text(parameters);
+            quote!(#text)
+        }
         None => quote!(::core::stringify!(#ident)),
     };
 

@@ -8,7 +8,8 @@ use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
 use crate::plugins::name;
 use crate::plugins::registry::{ConstructError, ConstructedHintPolicy};
 use crate::plugins::{
-    Commitments, Partition, PolicyEntry, PolicyParameters, PolicyRegistry, RegistryError,
+    Commitments, ParameterErrorKind, Partition, PolicyEntry, PolicyParameters, PolicyRegistry,
+    RegistryError,
 };
 use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 use crate::router::worker::Role;
@@ -407,9 +408,13 @@ impl Builder<'_> {
     fn construct_error(&self, role: Role, error: ConstructError, site: Site<'_>) -> ConfigError {
         match error {
             ConstructError::Parameters(error) => {
+                // A bad value points at the value; a field the policy does not read, at its key.
                 let position = site
                     .parameters
-                    .map_or(site.fallback, |node| node.position_of(error.path()));
+                    .map_or(site.fallback, |node| match error.kind() {
+                        ParameterErrorKind::Invalid => node.position_of(error.path()),
+                        ParameterErrorKind::UnknownField => node.field_position_of(error.path()),
+                    });
                 self.error(
                     position,
                     role,
