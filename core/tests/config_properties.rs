@@ -512,32 +512,32 @@ fn valid_document() -> impl Strategy<Value = (Option<&'static str>, Vec<ValidRol
         })
 }
 
-fn valid_yaml(block_size: Option<&str>, roles: &[ValidRole]) -> String {
-    let mut out = String::new();
-    if let Some(size) = block_size {
-        out.push_str(&format!("block_size: {size}\n"));
+fn valid_yaml(block_size: Option<&'static str>, roles: &[ValidRole]) -> String {
+    let roles = roles
+        .iter()
+        .map(|role| RoleModel {
+            key: role.key,
+            selection: role.selection,
+            bare: false,
+            parameters: role.parameters,
+            hints: role.hints.as_ref().map(|hints| {
+                hints
+                    .iter()
+                    .map(|&(policy_type, parameters)| HintModel {
+                        policy_type,
+                        name: None,
+                        parameters,
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    DocumentModel {
+        mode: None,
+        block_size,
+        roles,
     }
-    out.push_str("worker_selection:\n");
-    for role in roles {
-        out.push_str(&format!("  {}:\n    type: {}\n", role.key, role.selection));
-        if !role.parameters.is_empty() {
-            out.push_str(&format!("    parameters: {}\n", role.parameters));
-        }
-        match &role.hints {
-            None => {}
-            Some(hints) if hints.is_empty() => out.push_str("    hints: []\n"),
-            Some(hints) => {
-                out.push_str("    hints:\n");
-                for (policy_type, parameters) in hints {
-                    out.push_str(&format!("      - type: {policy_type}\n"));
-                    if !parameters.is_empty() {
-                        out.push_str(&format!("        parameters: {parameters}\n"));
-                    }
-                }
-            }
-        }
-    }
-    out
+    .yaml()
 }
 
 /// The text every breaking mutation writes; the error must point at it.
@@ -569,7 +569,7 @@ fn breaking() -> impl Strategy<Value = Break> {
 }
 
 /// Applies `how` to the valid document and returns the broken text.
-fn broken_yaml(block_size: Option<&str>, mut roles: Vec<ValidRole>, how: &Break) -> String {
+fn broken_yaml(block_size: Option<&'static str>, mut roles: Vec<ValidRole>, how: &Break) -> String {
     let count = roles.len();
     match *how {
         Break::TopLevelKey => return valid_yaml(block_size, &roles) + &format!("{MARK}: 1\n"),
