@@ -130,10 +130,12 @@ pub fn run(
     }
     let violations = comparison.invariant_violations();
     if !violations.is_empty() {
-        return Err(failed(format!(
-            "the simulated workers and the router disagree: {}; this is a bug in the simulator or the router's index",
-            violations.join("; ")
-        )));
+        return Err(CommandError::Inconsistent {
+            message: format!(
+                "the simulated workers and the router disagree: {}; this is a bug in the simulator or the router's index",
+                violations.join("; ")
+            ),
+        });
     }
     Ok(())
 }
