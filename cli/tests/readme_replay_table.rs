@@ -21,7 +21,7 @@ const WALL_CLOCK_ROWS: [&str; 4] = [
 ];
 
 /// The sentence that introduces the block in the README.
-const INTRODUCTION: &str = "configurations: the page's `kvcr` (`shared_cache_multiplier: 0.5`) with `kv_fetch`, and\n`dynamo-default-cost-fn` with `hints: []`. It prints:\n\n```\n";
+const INTRODUCTION: &str = "configurations: the page's `kvcr` (`shared_cache_multiplier: 0.5`) with `kv_fetch`, and\n`dynamo-default-cost-fn` with `hints: []`. It prints:\n\n```text\n";
 
 fn readme_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")
