@@ -2,7 +2,7 @@
 //! configuration that loads never violates a rule, every document the valid generator makes
 //! loads, and breaking one at a marked place fails with an error located at that place.
 
-mod support;
+mod config_fixtures;
 
 use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
 use dynamo_kv_router::plugins::name;
@@ -385,7 +385,7 @@ proptest! {
 
     #[test]
     fn random_documents_never_panic_and_loaded_ones_keep_the_rules(model in document_model()) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = model.yaml();
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -416,7 +416,7 @@ proptest! {
         seed in proptest::sample::select(SEEDS),
         mutations in proptest::collection::vec(mutation(), 1..4),
     ) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = mutations.iter().fold(seed.to_owned(), |text, m| apply(&text, m));
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -425,7 +425,7 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         if let Some(setup) = load_any(&text, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
         }
@@ -608,7 +608,7 @@ proptest! {
 
     #[test]
     fn the_generators_valid_documents_load((block_size, roles) in valid_document()) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = valid_yaml(block_size, &roles);
         let source = ConfigSource::new("valid.yaml", yaml.as_str());
         let loaded = config::load(&source, &registry, &ConfigOverrides::default());
@@ -625,7 +625,7 @@ proptest! {
         (block_size, roles) in valid_document(),
         how in breaking(),
     ) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = broken_yaml(block_size, roles, &how);
         let source = ConfigSource::new("broken.yaml", yaml.as_str());
         let error = match config::load(&source, &registry, &ConfigOverrides::default()) {

@@ -3,11 +3,11 @@
 //! `.ci/run` sets up with `.ci/requirements.txt`): it parses, every sample carries the value the
 //! snapshot holds, and label values with quotes, backslashes and newlines come back intact.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::metrics::{MetricsSnapshot, PolicyFailures};
 use dynamo_kv_router::router::{Role, RouterMode};
+use router_fixtures::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Write as _;
