@@ -56,8 +56,10 @@ pub fn skip_unless_ci(test: &str, reason: &str) {
 pub fn skip(test: &str, reason: &str) {
     let line = skip_line(test, reason);
     let mut stderr = std::io::stderr().lock();
-    // A closed standard error leaves nothing to report to.
-    let _ = writeln!(stderr, "{line}");
+    // The leading newline puts the marker at the start of a line even when the harness has
+    // already printed `test <name> ... ` (single-threaded runs). A closed standard error
+    // leaves nothing to report to.
+    let _ = writeln!(stderr, "\n{line}");
 }
 
 #[cfg(test)]
