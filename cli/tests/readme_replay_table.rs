@@ -66,19 +66,26 @@ fn current_table() -> String {
     String::from_utf8(out).expect("the table is UTF-8")
 }
 
+/// The rows that differ, matched by their first cell (the label), so that one added or
+/// removed row shows as one line rather than shifting every row after it.
 fn diff(expected: &[Vec<String>], actual: &[Vec<String>]) -> String {
+    let label = |row: &Vec<String>| row.first().cloned().unwrap_or_default();
+    let find =
+        |rows: &[Vec<String>], wanted: &str| rows.iter().find(|r| label(r) == wanted).cloned();
     let mut lines = String::new();
-    for index in 0..expected.len().max(actual.len()) {
-        let (e, a) = (expected.get(index), actual.get(index));
-        if e != a {
-            lines.push_str(&format!(
-                "- README:  {}\n",
-                e.map_or(String::new(), |e| e.join(" | "))
-            ));
-            lines.push_str(&format!(
-                "+ current: {}\n",
-                a.map_or(String::new(), |a| a.join(" | "))
-            ));
+    for row in expected {
+        match find(actual, &label(row)) {
+            Some(current) if current == *row => {}
+            Some(current) => {
+                lines.push_str(&format!("- README:  {}\n", row.join(" | ")));
+                lines.push_str(&format!("+ current: {}\n", current.join(" | ")));
+            }
+            None => lines.push_str(&format!("- README only:  {}\n", row.join(" | "))),
+        }
+    }
+    for row in actual {
+        if find(expected, &label(row)).is_none() {
+            lines.push_str(&format!("+ current only: {}\n", row.join(" | ")));
         }
     }
     lines
