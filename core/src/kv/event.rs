@@ -529,7 +529,10 @@ mod tests {
 
     #[test]
     fn engine_media_map_to_tiers_as_upstream() {
-        assert_eq!(StorageTier::from_kv_medium("GPU"), Some(StorageTier::Device));
+        assert_eq!(
+            StorageTier::from_kv_medium("GPU"),
+            Some(StorageTier::Device)
+        );
         assert_eq!(
             StorageTier::from_kv_medium("CPU_TIER1"),
             Some(StorageTier::HostPinned)
