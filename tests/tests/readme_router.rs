@@ -82,3 +82,21 @@ fn the_readme_salted_request_hashes_apart_from_the_plain_one() {
     assert_eq!(salted.len(), plain.len());
     assert!(salted.iter().zip(&plain).all(|(a, b)| a != b));
 }
+
+/// The README's block is this file's walk-through, word for word (the doc test of the README
+/// compiles it; this test runs it).
+#[test]
+fn the_readme_shows_this_walkthrough_as_it_runs() {
+    let readme = include_str!("../../README.md");
+    let first_line = "use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};";
+    let start = readme
+        .find(first_line)
+        .expect("the README shows the walk-through");
+    let end = start + readme[start..].find("```").expect("the block is closed");
+    let block = &readme[start..end];
+    assert!(
+        include_str!("readme_router.rs").contains(block),
+        "the README's walk-through differs from tests/tests/readme_router.rs; copy the file's \
+         code into the README:\n{block}"
+    );
+}

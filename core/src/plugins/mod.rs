@@ -34,7 +34,8 @@ pub use hint_host::HintHost;
 pub use kv_copy::KvCopy;
 pub use kv_fetch_payload::{KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload};
 pub use parameters::{
-    HintPolicyParameters, ParameterError, PolicyParameters, WorkerSelectionParameters,
+    HintPolicyParameters, ParameterError, ParameterErrorKind, PolicyParameters,
+    WorkerSelectionParameters,
 };
 pub use policy_error::PolicyError;
 pub use registration::PolicyRegistration;
