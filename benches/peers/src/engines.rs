@@ -127,11 +127,13 @@ impl Engine for Ours {
     }
 
     fn find_tokens(&mut self, tokens: &[u32]) {
-        self.hashes.clear();
-        self.hashes
-            .extend(sequence_hashes_iter(tokens, self.block_size));
-        self.index
-            .prefix_lengths(&self.hashes, &self.workers, &mut self.lengths);
+        // Hashes only as far as some worker continues the prefix.
+        self.index.prefix_lengths_streamed(
+            sequence_hashes_iter(tokens, self.block_size),
+            &self.workers,
+            &mut self.lengths,
+            &mut self.hashes,
+        );
     }
 
     fn depths(&self, _: &(), out: &mut [u32]) {

@@ -1,11 +1,12 @@
 //! The KV index: which worker caches which block, fed by KV events, queried per booking.
 //!
 //! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
-//! and a distinct block about 24 bytes plus two 4-byte hash-table slots):
+//! and a distinct block about 24 bytes plus two 8-byte hash-table slots):
 //! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
 //!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
 //!   free list; everything else refers to a block by its `u32` slab index;
-//! - `by_seq`: sequence hash → slab index (a table of `u32`s; keys are read from the slab);
+//! - `by_seq`: sequence hash → slab index (an open-addressing table of tag + index slots; keys are
+//!   read from the slab);
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
 //!   find their block;
 //! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
@@ -15,9 +16,12 @@
 //!
 //! A worker's cached prefix of a request is the longest run of the request's sequence hashes
 //! that all hold the worker's bit, so one pass over the hashes, AND-ing holder masks, yields
-//! every worker's prefix length and stops as soon as no worker continues the prefix.
+//! every worker's prefix length and stops as soon as no worker continues the prefix. The blocks
+//! of a stored chain sit in consecutive slab entries, so the pass reads the entry after the
+//! previous block's first and probes `by_seq` only when that entry is another block's.
 
 use super::block_slab::ChunkedSlab;
+use super::block_table::{BlockTable, key_hash};
 use super::event::{KvEvent, KvEventData};
 use super::event_outcome::{EventOutcome, IgnoreReason};
 use super::index_hasher::{U64HashBuilder, U64Map, mix};
@@ -110,8 +114,8 @@ impl SlotState {
 pub struct KvIndex {
     blocks: ChunkedSlab<Block>,
     free: Vec<u32>,
-    by_seq: HashTable<u32>,
-    by_engine: HashTable<u32>,
+    by_seq: BlockTable,
+    by_engine: BlockTable,
     overflow: U64Map<u64>,
     overrides: Vec<Override>,
     override_by_block: HashTable<u32>,
@@ -134,8 +138,8 @@ impl KvIndex {
         slab.reserve(blocks);
         Self {
             blocks: slab,
-            by_seq: HashTable::with_capacity(blocks),
-            by_engine: HashTable::with_capacity(blocks),
+            by_seq: BlockTable::with_capacity(blocks),
+            by_engine: BlockTable::with_capacity(blocks),
             ..Self::default()
         }
     }
@@ -218,7 +222,25 @@ impl KvIndex {
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        self.pass(sequence_hashes, workers, out, |_, _| {});
+        self.pass(sequence_hashes.iter().copied(), workers, out, |_, _, _| {});
+    }
+
+    /// [`KvIndex::prefix_lengths`] over hashes computed as the pass pulls them (such as
+    /// [`sequence_hashes_iter`](super::sequence_hashes_iter)): the pass stops pulling once no
+    /// worker continues the prefix, so the hashes after that block are never computed, and a
+    /// block's lookup overlaps the hashing of the next. `prefix` receives the hashes of the
+    /// longest cached prefix.
+    pub fn prefix_lengths_streamed(
+        &self,
+        sequence_hashes: impl Iterator<Item = u64>,
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        prefix: &mut Vec<u64>,
+    ) {
+        prefix.clear();
+        self.pass(sequence_hashes, workers, out, |_, hash, _| {
+            prefix.push(hash)
+        });
     }
 
     /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
@@ -236,11 +258,16 @@ impl KvIndex {
         // Stores by position into a buffer sized up front keep the pass's loop tight.
         engines.clear();
         engines.resize(sequence_hashes.len(), 0);
-        self.pass(sequence_hashes, workers, out, |position, engine| {
-            if let Some(slot) = engines.get_mut(position) {
-                *slot = engine;
-            }
-        });
+        self.pass(
+            sequence_hashes.iter().copied(),
+            workers,
+            out,
+            |position, _, engine| {
+                if let Some(slot) = engines.get_mut(position) {
+                    *slot = engine;
+                }
+            },
+        );
         engines.truncate(out.iter().copied().max().unwrap_or(0));
     }
 
@@ -270,10 +297,10 @@ impl KvIndex {
     /// canonical engine hash of each position some worker continues.
     fn pass(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         workers: &[WorkerId],
         out: &mut Vec<usize>,
-        record: impl FnMut(usize, u64),
+        record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
         out.extend(workers.iter().map(|worker| {
@@ -299,38 +326,52 @@ impl KvIndex {
     }
 
     /// The pass when every slot is below 64: one holder mask per block.
+    ///
+    /// Blocks of one stored chain get consecutive slab entries (events store a prefix in
+    /// order, and a chain removed leaf-first is reused in order from the free list), so the
+    /// pass first tries the entry after the previous block's and probes the sequence-hash
+    /// table only when that entry holds another block: a prefix is mostly a sequential scan
+    /// of the slab rather than one random table probe per block.
     fn pass_group0(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         mask: u64,
-        mut record: impl FnMut(usize, u64),
+        mut record: impl FnMut(usize, u64, u64),
     ) -> [u32; GROUP] {
         let mut lengths = [0u32; GROUP];
         let mut active = mask;
         if active == 0 {
             return lengths;
         }
-        let mut position = 0u32;
-        for &hash in hashes {
-            let (held, engine) = match self.find_block(hash) {
+        let mut guess = u32::MAX;
+        let mut position = 0;
+        for hash in hashes {
+            let block = match self.blocks.try_get(guess) {
+                // Freed entries hold no one, so they never pass for a block.
+                Some(entry) if entry.seq == hash && entry.holders != 0 => Some(guess),
+                _ => self.find_block(hash),
+            };
+            let (held, engine) = match block {
                 Some(block) => {
-                    let block = self.blocks.get(block);
-                    (block.holders, block.engine)
+                    guess = block.wrapping_add(1);
+                    let entry = self.blocks.get(block);
+                    (entry.holders, entry.engine)
                 }
                 None => (0, 0),
             };
             let mut dropped = active & !held;
             while dropped != 0 {
-                lengths[dropped.trailing_zeros() as usize] = position;
+                lengths[dropped.trailing_zeros() as usize] = position as u32;
                 dropped &= dropped - 1;
             }
             active &= held;
             if active == 0 {
                 return lengths;
             }
-            record(position as usize, engine);
+            record(position, hash, engine);
             position += 1;
         }
+        let position = position as u32;
         while active != 0 {
             lengths[active.trailing_zeros() as usize] = position;
             active &= active - 1;
@@ -341,9 +382,9 @@ impl KvIndex {
     /// The pass with slots of 64 and up: one holder mask per block and slot group.
     fn pass_groups(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         slots: &[usize],
-        mut record: impl FnMut(usize, u64),
+        mut record: impl FnMut(usize, u64, u64),
     ) -> Vec<u32> {
         let groups = self.slots.len().div_ceil(GROUP);
         let mut lengths = vec![0u32; groups * GROUP];
@@ -355,7 +396,7 @@ impl KvIndex {
             return lengths;
         }
         let mut position = 0u32;
-        for &hash in hashes {
+        for hash in hashes {
             let block = self.find_block(hash);
             let mut continues = false;
             for (group, mask) in active.iter_mut().enumerate() {
@@ -379,7 +420,7 @@ impl KvIndex {
                 return lengths;
             }
             if let Some(block) = block {
-                record(position as usize, self.blocks.get(block).engine);
+                record(position as usize, hash, self.blocks.get(block).engine);
             }
             position += 1;
         }
@@ -489,16 +530,14 @@ impl KvIndex {
     fn find_block(&self, seq: u64) -> Option<u32> {
         let blocks = &self.blocks;
         self.by_seq
-            .find(mix(seq), |&block| blocks.get(block).seq == seq)
-            .copied()
+            .find(key_hash(seq), |block| blocks.get(block).seq == seq)
     }
 
     /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
     fn canonical_block(&self, engine: u64) -> Option<u32> {
         let blocks = &self.blocks;
         self.by_engine
-            .find(mix(engine), |&block| blocks.get(block).engine == engine)
-            .copied()
+            .find(key_hash(engine), |block| blocks.get(block).engine == engine)
     }
 
     fn overflow_mask(&self, block: u32, group: u32) -> u64 {
@@ -584,8 +623,9 @@ impl KvIndex {
             None => self.blocks.push(entry),
         };
         let blocks = &self.blocks;
-        self.by_seq
-            .insert_unique(mix(seq), index, |&block| mix(blocks.get(block).seq));
+        self.by_seq.insert(key_hash(seq), index, |block| {
+            key_hash(blocks.get(block).seq)
+        });
         index
     }
 
@@ -598,7 +638,7 @@ impl KvIndex {
             None => {
                 let blocks = &self.blocks;
                 self.by_engine
-                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+                    .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
                 true
             }
         }
@@ -607,15 +647,12 @@ impl KvIndex {
     /// Drops the slab entry `block` (held by no one) and its index entries.
     fn free_block(&mut self, block: u32) {
         let entry = *self.blocks.get(block);
-        if let Ok(found) = self.by_seq.find_entry(mix(entry.seq), |&b| b == block) {
-            found.remove();
-        }
-        if let Ok(found) = self
-            .by_engine
-            .find_entry(mix(entry.engine), |&b| b == block)
-        {
-            found.remove();
-        }
+        let blocks = &self.blocks;
+        self.by_seq
+            .remove(key_hash(entry.seq), block, |b| key_hash(blocks.get(b).seq));
+        self.by_engine.remove(key_hash(entry.engine), block, |b| {
+            key_hash(blocks.get(b).engine)
+        });
         *self.blocks.get_mut(block) = Block::default();
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();
@@ -750,7 +787,7 @@ impl KvIndex {
                 let block = self.alloc_block(seq, engine, bit);
                 let blocks = &self.blocks;
                 self.by_engine
-                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+                    .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
             }
         }
         if let Some(state) = self.slot_state_mut(slot) {

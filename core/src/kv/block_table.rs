@@ -1,0 +1,205 @@
+//! An open-addressing table from a 64-bit block key (a sequence or engine hash) to a slab
+//! index: a slot is one `u64` holding a 32-bit tag of the key's hash and the slab index, so a
+//! probe usually touches one cache line and reads the slab (where the keys live) only for a
+//! slot whose tag matches. Linear probing with backward-shift deletion (no tombstones), at
+//! most 7/8 full.
+
+use super::index_hasher::mix;
+
+/// Tag and slab index of one occupied slot; 0 is an empty slot.
+type Slot = u64;
+
+/// Key hash → slab index, with the keys kept by the caller.
+#[derive(Default)]
+pub(crate) struct BlockTable {
+    slots: Vec<Slot>,
+    len: usize,
+}
+
+/// The hash the table files `key` under.
+#[inline]
+pub(crate) fn key_hash(key: u64) -> u64 {
+    mix(key)
+}
+
+#[inline]
+fn tag_of(hash: u64) -> u64 {
+    // The high half of the hash; the slot number comes from the low bits.
+    hash & 0xFFFF_FFFF_0000_0000
+}
+
+#[inline]
+fn slot_of(tag: u64, block: u32) -> Slot {
+    // Block indices are stored plus one, so no occupied slot is 0.
+    tag | (u64::from(block) + 1)
+}
+
+#[inline]
+fn block_of(slot: Slot) -> u32 {
+    (slot as u32).wrapping_sub(1)
+}
+
+impl BlockTable {
+    /// A table with room for `blocks` entries before it grows.
+    pub(crate) fn with_capacity(blocks: usize) -> Self {
+        let mut table = Self::default();
+        if blocks > 0 {
+            table.slots = vec![0; capacity_for(blocks)];
+        }
+        table
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len().wrapping_sub(1)
+    }
+
+    /// The slab index filed under `hash` for which `is_key` holds.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
+        let mask = self.mask();
+        let tag = tag_of(hash);
+        let mut at = hash as usize & mask;
+        loop {
+            let slot = *self.slots.get(at)?;
+            if slot == 0 {
+                return None;
+            }
+            if slot & 0xFFFF_FFFF_0000_0000 == tag && is_key(block_of(slot)) {
+                return Some(block_of(slot));
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Files `block` under `hash` (the caller checked that its key is not present);
+    /// `hash_of` gives the hash of any filed block, for growing.
+    pub(crate) fn insert(&mut self, hash: u64, block: u32, hash_of: impl Fn(u32) -> u64) {
+        if (self.len + 1) * 8 > self.slots.len() * 7 {
+            self.grow(hash_of);
+        }
+        self.place(slot_of(tag_of(hash), block), hash);
+        self.len += 1;
+    }
+
+    fn place(&mut self, slot: Slot, hash: u64) {
+        let mask = self.mask();
+        let mut at = hash as usize & mask;
+        while self.slots[at] != 0 {
+            at = (at + 1) & mask;
+        }
+        self.slots[at] = slot;
+    }
+
+    fn grow(&mut self, hash_of: impl Fn(u32) -> u64) {
+        let capacity = capacity_for(self.len + 1).max(self.slots.len() * 2);
+        let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
+        for slot in old.into_iter().filter(|slot| *slot != 0) {
+            self.place(slot, hash_of(block_of(slot)));
+        }
+    }
+
+    /// Removes `block`, filed under `hash`; `hash_of` gives the hash of any filed block (the
+    /// entries after it shift back into the gap). Returns whether it was filed.
+    pub(crate) fn remove(&mut self, hash: u64, block: u32, hash_of: impl Fn(u32) -> u64) -> bool {
+        let mask = self.mask();
+        let wanted = slot_of(tag_of(hash), block);
+        let mut at = hash as usize & mask;
+        loop {
+            match self.slots.get(at) {
+                None | Some(0) => return false,
+                Some(slot) if *slot == wanted => break,
+                Some(_) => at = (at + 1) & mask,
+            }
+        }
+        // Backward shift: move later entries of the run into the gap when their home slot
+        // does not lie (cyclically) after the gap.
+        let mut gap = at;
+        let mut next = (gap + 1) & mask;
+        while self.slots[next] != 0 {
+            let home = hash_of(block_of(self.slots[next])) as usize & mask;
+            if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(gap) & mask) {
+                self.slots[gap] = self.slots[next];
+                gap = next;
+            }
+            next = (next + 1) & mask;
+        }
+        self.slots[gap] = 0;
+        self.len -= 1;
+        true
+    }
+}
+
+/// The power-of-two slot count that keeps `blocks` entries at most 7/8 full.
+fn capacity_for(blocks: usize) -> usize {
+    (blocks * 8).div_ceil(7).next_power_of_two().max(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Keys of a fake slab; many share the low bits of their hash to make long runs.
+    fn keys(n: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| i.wrapping_mul(0x9E37_79B9) ^ (i << 40))
+            .collect()
+    }
+
+    #[test]
+    fn inserts_finds_and_removes_like_a_map() {
+        let keys = keys(5_000);
+        let hash_of = |block: u32| key_hash(keys[block as usize]);
+        let mut table = BlockTable::default();
+        let mut model = HashMap::new();
+        for (block, key) in keys.iter().enumerate() {
+            table.insert(key_hash(*key), block as u32, hash_of);
+            model.insert(*key, block as u32);
+        }
+        // Remove every third key, then check every key against the model.
+        for (block, key) in keys.iter().enumerate().filter(|(b, _)| b % 3 == 0) {
+            assert!(table.remove(key_hash(*key), block as u32, hash_of));
+            assert!(!table.remove(key_hash(*key), block as u32, hash_of));
+            model.remove(key);
+        }
+        assert_eq!(table.len(), model.len());
+        for (block, key) in keys.iter().enumerate() {
+            let found = table.find(key_hash(*key), |b| keys[b as usize] == *key);
+            assert_eq!(found, model.get(key).copied(), "block {block}");
+        }
+        assert_eq!(table.find(key_hash(u64::MAX), |_| true), None);
+    }
+
+    #[test]
+    fn backward_shift_keeps_colliding_runs_reachable() {
+        // Every key hashes to one of two home slots of a small table.
+        let keys: Vec<u64> = (0..6).collect();
+        let hashes: Vec<u64> = (0..6u64).map(|i| (i << 32) | (i % 2)).collect();
+        let hash_of = |block: u32| hashes[block as usize];
+        let mut table = BlockTable::with_capacity(6);
+        for (block, hash) in hashes.iter().enumerate() {
+            table.insert(*hash, block as u32, hash_of);
+        }
+        assert!(table.remove(hashes[0], 0, hash_of));
+        assert!(table.remove(hashes[3], 3, hash_of));
+        for block in [1usize, 2, 4, 5] {
+            assert_eq!(
+                table.find(hashes[block], |b| keys[b as usize] == block as u64),
+                Some(block as u32)
+            );
+        }
+        assert_eq!(table.find(hashes[0], |b| b == 0), None);
+    }
+
+    #[test]
+    fn empty_table_finds_nothing() {
+        let table = BlockTable::default();
+        assert_eq!(table.find(key_hash(1), |_| true), None);
+    }
+}
