@@ -40,6 +40,9 @@ struct Args {
     /// Passes over the synthetic queries when timing finds.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
+    /// Ingests per engine and workload (into fresh engines); the median rate is reported.
+    #[arg(long, default_value_t = 3)]
+    ingest_runs: usize,
     /// Seconds of the concurrent phase (booking under ingest; the idle phase takes half).
     #[arg(long, default_value_t = 2.0)]
     concurrent_secs: f64,
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
     let mut mismatches = 0;
     let rounds = Rounds {
         find_rounds: args.rounds.max(1),
+        ingest_runs: args.ingest_runs.max(1),
     };
     let needs_synthetic = wants("synthetic") || wants("concurrent");
     let synthetic = needs_synthetic.then(|| {
@@ -153,7 +157,13 @@ fn main() -> ExitCode {
                 match mooncake::build(path, args.trace_workers, args.trace_capacity, &bar) {
                     Ok(workload) => {
                         bar.finish_and_clear();
-                        let reports = compare(&workload, Rounds { find_rounds: 1 });
+                        let reports = compare(
+                            &workload,
+                            Rounds {
+                                find_rounds: 1,
+                                ..rounds
+                            },
+                        );
                         println!("{}", report::engines_table(&workload.name, &reports));
                         println!("(load average after: {})\n", load_average());
                         mismatches += report_mismatches(&reports);

@@ -33,6 +33,10 @@ use std::collections::HashMap;
 /// Worker slots per holder mask.
 const GROUP: usize = 64;
 
+/// How many blocks of a stored event ahead of the one being stored the table slots are
+/// prefetched.
+const STORE_AHEAD: usize = 4;
+
 /// Event and block counts the index keeps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IndexCounters {
@@ -123,6 +127,10 @@ pub struct KvIndex {
     slots: Vec<Option<SlotState>>,
     by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
     memberships: usize,
+    /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
+    /// reuse an id for other content); while there are none, a live block whose engine hash
+    /// is `e` is the owner of `e`, which lets stores skip the `by_engine` probe.
+    unowned: usize,
     counters: IndexCounters,
 }
 
@@ -483,15 +491,32 @@ impl KvIndex {
                     self.counters.unknown_parents += 1;
                 }
                 let (group, _) = split(slot);
-                for block in blocks {
+                // The slab entry after the previous block's: where a chain's next block
+                // usually is.
+                let mut guess = u32::MAX;
+                for (n, block) in blocks.iter().enumerate() {
+                    // New blocks miss in both tables: start the misses of a later block now.
+                    if let Some(later) = blocks.get(n + STORE_AHEAD) {
+                        self.by_engine.prefetch(key_hash(later.block_hash));
+                        self.by_seq.prefetch(key_hash(later.tokens_hash));
+                    }
                     // A store may add an override, after which the fast path no longer applies.
                     let plain = group == 0
                         && self
                             .slot_state(slot)
                             .is_some_and(|state| state.overrides == 0);
-                    if !(plain && self.store_common(slot, block.block_hash, block.tokens_hash)) {
-                        self.store(slot, block.block_hash, block.tokens_hash);
-                    }
+                    let stored = plain
+                        .then(|| {
+                            self.store_common(slot, block.block_hash, block.tokens_hash, guess)
+                        })
+                        .flatten();
+                    guess = match stored {
+                        Some(stored) => stored.wrapping_add(1),
+                        None => {
+                            self.store(slot, block.block_hash, block.tokens_hash);
+                            u32::MAX
+                        }
+                    };
                 }
                 self.counters.stored_blocks += blocks.len() as u64;
                 EventOutcome::Applied
@@ -639,6 +664,8 @@ impl KvIndex {
                 let blocks = &self.blocks;
                 self.by_engine
                     .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
+                // Every block `store` allocates starts out counted as unowned.
+                self.unowned -= 1;
                 true
             }
         }
@@ -650,9 +677,12 @@ impl KvIndex {
         let blocks = &self.blocks;
         self.by_seq
             .remove(key_hash(entry.seq), block, |b| key_hash(blocks.get(b).seq));
-        self.by_engine.remove(key_hash(entry.engine), block, |b| {
+        let owned = self.by_engine.remove(key_hash(entry.engine), block, |b| {
             key_hash(blocks.get(b).engine)
         });
+        if !owned {
+            self.unowned -= 1;
+        }
         *self.blocks.get_mut(block) = Block::default();
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();
@@ -742,6 +772,7 @@ impl KvIndex {
         let (block, canonical) = match self.find_block(seq) {
             None => {
                 let block = self.alloc_block(seq, engine, 0);
+                self.unowned += 1;
                 (block, self.claim_engine(block))
             }
             Some(block) if self.blocks.get(block).engine == engine => {
@@ -765,36 +796,47 @@ impl KvIndex {
     }
 
     /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
-    /// others hold under the same engine id, or a new block with a new engine id. Returns
-    /// `false` when the general path must decide.
-    fn store_common(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
+    /// others hold under the same engine id, or a new block with a new engine id. `guess` is
+    /// the slab entry to try first for the block (the one after the previous block's: a chain
+    /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
+    /// is right. Returns the stored block, or `None` when the general path must decide.
+    fn store_common(&mut self, slot: u32, engine: u64, seq: u64, guess: u32) -> Option<u32> {
         let (_, bit) = split(slot);
-        match self.canonical_block(engine) {
+        let canonical = match self.blocks.try_get(guess) {
+            // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.
+            Some(entry) if self.unowned == 0 && entry.holders != 0 && entry.engine == engine => {
+                Some(guess)
+            }
+            _ => self.canonical_block(engine),
+        };
+        let block = match canonical {
             Some(block) => {
                 let entry = self.blocks.get_mut(block);
                 if entry.seq != seq {
-                    return false;
+                    return None;
                 }
                 if entry.holders & bit != 0 {
-                    return true;
+                    return Some(block);
                 }
                 entry.holders |= bit;
+                block
             }
             None => {
                 if self.find_block(seq).is_some() {
-                    return false;
+                    return None;
                 }
                 let block = self.alloc_block(seq, engine, bit);
                 let blocks = &self.blocks;
                 self.by_engine
                     .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
+                block
             }
-        }
+        };
         if let Some(state) = self.slot_state_mut(slot) {
             state.blocks += 1;
         }
         self.memberships += 1;
-        true
+        Some(block)
     }
 
     /// Drops `slot`'s membership of `block`; the caller checked that it holds it.
