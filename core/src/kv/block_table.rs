@@ -1,8 +1,9 @@
 //! An open-addressing table from a 64-bit block key (a sequence or engine hash) to a slab
-//! index: a slot is one `u64` holding a 32-bit tag of the key's hash and the slab index, so a
-//! probe usually touches one cache line and reads the slab (where the keys live) only for a
-//! slot whose tag matches. Linear probing with backward-shift deletion (no tombstones), at
-//! most 7/8 full.
+//! index: a slot is one `u64` holding the low 32 bits of the key's hash (its tag) and the slab
+//! index, so a probe usually touches one cache line and reads the slab (where the keys live)
+//! only for a slot whose tag matches. The home slot is the hash's low bits, which the tag
+//! holds, so growing and deleting never read the slab. Linear probing with backward-shift
+//! deletion (no tombstones), at most 7/8 full, at most 2^32 slots.
 
 use super::index_hasher::mix;
 
@@ -24,8 +25,14 @@ pub(crate) fn key_hash(key: u64) -> u64 {
 
 #[inline]
 fn tag_of(hash: u64) -> u64 {
-    // The high half of the hash; the slot number comes from the low bits.
-    hash & 0xFFFF_FFFF_0000_0000
+    // The low half of the hash, which also gives the home slot.
+    hash << 32
+}
+
+/// The hash bits a slot keeps: enough for its home slot in any table up to 2^32 slots.
+#[inline]
+fn hash_in(slot: Slot) -> u64 {
+    slot >> 32
 }
 
 #[inline]
@@ -86,11 +93,10 @@ impl BlockTable {
         }
     }
 
-    /// Files `block` under `hash` (the caller checked that its key is not present);
-    /// `hash_of` gives the hash of any filed block, for growing.
-    pub(crate) fn insert(&mut self, hash: u64, block: u32, hash_of: impl Fn(u32) -> u64) {
+    /// Files `block` under `hash` (the caller checked that its key is not present).
+    pub(crate) fn insert(&mut self, hash: u64, block: u32) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
-            self.grow(hash_of);
+            self.grow();
         }
         self.place(slot_of(tag_of(hash), block), hash);
         self.len += 1;
@@ -105,17 +111,17 @@ impl BlockTable {
         self.slots[at] = slot;
     }
 
-    fn grow(&mut self, hash_of: impl Fn(u32) -> u64) {
+    fn grow(&mut self) {
         let capacity = capacity_for(self.len + 1).max(self.slots.len() * 2);
         let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
         for slot in old.into_iter().filter(|slot| *slot != 0) {
-            self.place(slot, hash_of(block_of(slot)));
+            self.place(slot, hash_in(slot));
         }
     }
 
-    /// Removes `block`, filed under `hash`; `hash_of` gives the hash of any filed block (the
-    /// entries after it shift back into the gap). Returns whether it was filed.
-    pub(crate) fn remove(&mut self, hash: u64, block: u32, hash_of: impl Fn(u32) -> u64) -> bool {
+    /// Removes `block`, filed under `hash` (the entries after it shift back into the gap).
+    /// Returns whether it was filed.
+    pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
         let mask = self.mask();
         let wanted = slot_of(tag_of(hash), block);
         let mut at = hash as usize & mask;
@@ -131,7 +137,7 @@ impl BlockTable {
         let mut gap = at;
         let mut next = (gap + 1) & mask;
         while self.slots[next] != 0 {
-            let home = hash_of(block_of(self.slots[next])) as usize & mask;
+            let home = hash_in(self.slots[next]) as usize & mask;
             if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(gap) & mask) {
                 self.slots[gap] = self.slots[next];
                 gap = next;
@@ -146,7 +152,12 @@ impl BlockTable {
 
 /// The power-of-two slot count that keeps `blocks` entries at most 7/8 full.
 fn capacity_for(blocks: usize) -> usize {
-    (blocks * 8).div_ceil(7).next_power_of_two().max(8)
+    let capacity = (blocks * 8).div_ceil(7).next_power_of_two().max(8);
+    assert!(
+        capacity <= 1 << 32,
+        "the block table holds at most 2^32 slots"
+    );
+    capacity
 }
 
 /// Hints the CPU to bring `value`'s cache line closer; no effect on other targets.
@@ -180,17 +191,16 @@ mod tests {
     #[test]
     fn inserts_finds_and_removes_like_a_map() {
         let keys = keys(5_000);
-        let hash_of = |block: u32| key_hash(keys[block as usize]);
         let mut table = BlockTable::default();
         let mut model = HashMap::new();
         for (block, key) in keys.iter().enumerate() {
-            table.insert(key_hash(*key), block as u32, hash_of);
+            table.insert(key_hash(*key), block as u32);
             model.insert(*key, block as u32);
         }
         // Remove every third key, then check every key against the model.
         for (block, key) in keys.iter().enumerate().filter(|(b, _)| b % 3 == 0) {
-            assert!(table.remove(key_hash(*key), block as u32, hash_of));
-            assert!(!table.remove(key_hash(*key), block as u32, hash_of));
+            assert!(table.remove(key_hash(*key), block as u32));
+            assert!(!table.remove(key_hash(*key), block as u32));
             model.remove(key);
         }
         assert_eq!(table.len(), model.len());
@@ -203,16 +213,16 @@ mod tests {
 
     #[test]
     fn backward_shift_keeps_colliding_runs_reachable() {
-        // Every key hashes to one of two home slots of a small table.
+        // Every key hashes to one of two home slots of a small table (the tags differ above
+        // the home bits).
         let keys: Vec<u64> = (0..6).collect();
-        let hashes: Vec<u64> = (0..6u64).map(|i| (i << 32) | (i % 2)).collect();
-        let hash_of = |block: u32| hashes[block as usize];
+        let hashes: Vec<u64> = (0..6u64).map(|i| (i << 20) | (i % 2)).collect();
         let mut table = BlockTable::with_capacity(6);
         for (block, hash) in hashes.iter().enumerate() {
-            table.insert(*hash, block as u32, hash_of);
+            table.insert(*hash, block as u32);
         }
-        assert!(table.remove(hashes[0], 0, hash_of));
-        assert!(table.remove(hashes[3], 3, hash_of));
+        assert!(table.remove(hashes[0], 0));
+        assert!(table.remove(hashes[3], 3));
         for block in [1usize, 2, 4, 5] {
             assert_eq!(
                 table.find(hashes[block], |b| keys[b as usize] == block as u64),

@@ -485,15 +485,14 @@ impl KvIndex {
                 parent_hash,
                 blocks,
             } => {
-                if let Some(parent) = parent_hash
-                    && self.block_of_engine(slot, *parent).is_none()
-                {
+                let parent = parent_hash.and_then(|parent| self.block_of_engine(slot, parent));
+                if parent_hash.is_some() && parent.is_none() {
                     self.counters.unknown_parents += 1;
                 }
                 let (group, _) = split(slot);
-                // The slab entry after the previous block's: where a chain's next block
-                // usually is.
-                let mut guess = u32::MAX;
+                // The slab entry after the previous block's (the parent's, for the first):
+                // where a chain's next block usually is.
+                let mut guess = parent.map_or(u32::MAX, |block| block.wrapping_add(1));
                 for (n, block) in blocks.iter().enumerate() {
                     // New blocks miss in both tables: start the misses of a later block now.
                     if let Some(later) = blocks.get(n + STORE_AHEAD) {
@@ -647,10 +646,7 @@ impl KvIndex {
             }
             None => self.blocks.push(entry),
         };
-        let blocks = &self.blocks;
-        self.by_seq.insert(key_hash(seq), index, |block| {
-            key_hash(blocks.get(block).seq)
-        });
+        self.by_seq.insert(key_hash(seq), index);
         index
     }
 
@@ -661,9 +657,7 @@ impl KvIndex {
         match self.canonical_block(engine) {
             Some(owner) => owner == block,
             None => {
-                let blocks = &self.blocks;
-                self.by_engine
-                    .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
+                self.by_engine.insert(key_hash(engine), block);
                 // Every block `store` allocates starts out counted as unowned.
                 self.unowned -= 1;
                 true
@@ -674,12 +668,8 @@ impl KvIndex {
     /// Drops the slab entry `block` (held by no one) and its index entries.
     fn free_block(&mut self, block: u32) {
         let entry = *self.blocks.get(block);
-        let blocks = &self.blocks;
-        self.by_seq
-            .remove(key_hash(entry.seq), block, |b| key_hash(blocks.get(b).seq));
-        let owned = self.by_engine.remove(key_hash(entry.engine), block, |b| {
-            key_hash(blocks.get(b).engine)
-        });
+        self.by_seq.remove(key_hash(entry.seq), block);
+        let owned = self.by_engine.remove(key_hash(entry.engine), block);
         if !owned {
             self.unowned -= 1;
         }
@@ -826,9 +816,7 @@ impl KvIndex {
                     return None;
                 }
                 let block = self.alloc_block(seq, engine, bit);
-                let blocks = &self.blocks;
-                self.by_engine
-                    .insert(key_hash(engine), block, |b| key_hash(blocks.get(b).engine));
+                self.by_engine.insert(key_hash(engine), block);
                 block
             }
         };
