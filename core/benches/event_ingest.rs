@@ -39,7 +39,7 @@ fn bench_ingest(c: &mut Criterion) {
         .iter()
         .map(|tokens| sequence_hashes_for_tokens(tokens, BLOCK_SIZE))
         .collect();
-    let mut rng = Rng(7);
+    let mut rng = Rng::seeded(7);
     for _ in 0..chains.len() {
         let fresh: Vec<u32> = (0..PROMPT_TOKENS)
             .map(|_| rng.below(128_000) as u32)

@@ -1,13 +1,13 @@
 //! Bad KV events never panic, are counted, and leave the index as it was.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::kv::{
     EventOutcome, IgnoreReason, KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens,
 };
 use dynamo_kv_router::router::{Role, Router, RouterMode};
 use proptest::prelude::*;
+use router_fixtures::*;
 
 fn router_with_state() -> (Router, Vec<u64>) {
     let router = router(

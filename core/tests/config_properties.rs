@@ -1,7 +1,7 @@
 //! Property tests: random and mutated configuration documents never panic the loader, and a
 //! configuration that loads never violates a rule.
 
-mod support;
+mod config_fixtures;
 
 use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
 use dynamo_kv_router::plugins::name;
@@ -384,7 +384,7 @@ proptest! {
 
     #[test]
     fn random_documents_never_panic_and_loaded_ones_keep_the_rules(model in document_model()) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = model.yaml();
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -415,7 +415,7 @@ proptest! {
         seed in proptest::sample::select(SEEDS),
         mutations in proptest::collection::vec(mutation(), 1..4),
     ) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = mutations.iter().fold(seed.to_owned(), |text, m| apply(&text, m));
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -424,7 +424,7 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         if let Some(setup) = load_any(&text, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
         }

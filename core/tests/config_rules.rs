@@ -1,15 +1,15 @@
 //! Every configuration rule: a YAML case that fails with its message at its line and column,
 //! and one that passes.
 
-mod support;
+mod config_fixtures;
 
+use config_fixtures::{failure, load, load_with};
 use dynamo_kv_router::config::{
     self, ConfigOverrides, ConfigProblem, ConfigSource, MAX_CONFIG_BYTES, Position,
 };
 use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::router::{HintOrigin, RouterMode, RouterSetup};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use support::{failure, load, load_with};
 
 fn hint_labels(setup: &RouterSetup, role: Role) -> Vec<(String, HintOrigin)> {
     setup.roles[&role]
@@ -761,7 +761,7 @@ worker_selection:
 #[test]
 fn constructors_run_once_per_role_at_startup() {
     let built = Arc::new(AtomicUsize::new(0));
-    let mut registry = support::registry();
+    let mut registry = config_fixtures::registry();
     let counter = Arc::clone(&built);
     registry
         .register_hint_policy(
@@ -770,7 +770,7 @@ fn constructors_run_once_per_role_at_startup() {
                 let counter = Arc::clone(&counter);
                 Ok(HintPolicyConstructor::per_partition(move |_| {
                     counter.fetch_add(1, Ordering::SeqCst);
-                    Ok(support::Quiet {
+                    Ok(config_fixtures::Quiet {
                         commits: Commitments::NONE,
                     })
                 }))

@@ -1,12 +1,12 @@
 //! Many threads booking, completing and releasing while another applies KV events: the
 //! accounting adds up.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::kv::{KvEvent, KvEventData, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::WorkerLoad;
 use dynamo_kv_router::router::{Role, RouterMode};
+use router_fixtures::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,10 +1,10 @@
 //! Load accounting: reservation, prefill completion, release, harmless repeats, TTL expiry.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::plugins::WorkerLoad;
 use dynamo_kv_router::router::{Role, Router, RouterMode, RouterOptions, WorkerId};
+use router_fixtures::*;
 use std::time::Duration;
 
 fn load_of(router: &Router, id: WorkerId) -> WorkerLoad {

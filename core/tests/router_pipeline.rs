@@ -1,12 +1,12 @@
 //! The booking pipeline's rules, one test each.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::kv::sequence_hashes_for_tokens;
 use dynamo_kv_router::plugins::KvCopy;
 use dynamo_kv_router::router::{BookError, MAX_HINT_ACTIONS, Role, Router, RouterMode};
 use dynamo_kv_router::wire::PROTOCOL_VERSION;
+use router_fixtures::*;
 use std::sync::atomic::Ordering;
 
 fn tags(booking: &dynamo_kv_router::router::Booking) -> Vec<(String, String)> {

@@ -36,7 +36,10 @@ pub use parameters::{
 };
 pub use policy_error::PolicyError;
 pub use registration::PolicyRegistration;
-pub use registry::{PolicyEntry, PolicyKind, PolicyRegistry, RegistryError, SourceLocation};
+pub use registry::{
+    HintPolicyEntry, PolicyEntry, PolicyKind, PolicyRegistry, RegistryError, SourceLocation,
+    WorkerSelectionPolicyEntry,
+};
 pub use request_view::{BlockLookup, RequestView};
 pub use selection::{
     Selection, WorkerSelectionContext, WorkerSelectionPolicy, WorkerSelectionProvider,

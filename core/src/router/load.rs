@@ -3,48 +3,9 @@
 
 use super::worker::Role;
 use super::workers::WorkerEntry;
-use crate::plugins::WorkerLoad;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// A worker's reserved load; read without locks by bookings, changed under the ledger's lock.
-#[derive(Default)]
-pub(crate) struct WorkerLoadCell {
-    prefill_tokens: AtomicU64,
-    blocks: AtomicU64,
-    requests: AtomicU64,
-}
-
-impl WorkerLoadCell {
-    /// The load as it is now.
-    pub(crate) fn snapshot(&self) -> WorkerLoad {
-        WorkerLoad {
-            active_prefill_tokens: self.prefill_tokens.load(Ordering::Relaxed),
-            active_blocks: self.blocks.load(Ordering::Relaxed),
-            active_requests: self.requests.load(Ordering::Relaxed),
-        }
-    }
-
-    fn add(&self, prefill_tokens: u64, blocks: u64) {
-        self.prefill_tokens
-            .fetch_add(prefill_tokens, Ordering::Relaxed);
-        self.blocks.fetch_add(blocks, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn sub_prefill(&self, prefill_tokens: u64) {
-        self.prefill_tokens
-            .fetch_sub(prefill_tokens, Ordering::Relaxed);
-    }
-
-    fn sub(&self, prefill_tokens: u64, blocks: u64) {
-        self.sub_prefill(prefill_tokens);
-        self.blocks.fetch_sub(blocks, Ordering::Relaxed);
-        self.requests.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// What one booking holds on its worker.
 struct Reservation {
