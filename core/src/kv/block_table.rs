@@ -1,14 +1,20 @@
 //! An open-addressing table from a 64-bit block key (a sequence or engine hash) to a slab
-//! index: a slot is one `u64` holding the low 32 bits of the key's hash (its tag) and the slab
-//! index, so a probe usually touches one cache line and reads the slab (where the keys live)
-//! only for a slot whose tag matches. The home slot is the hash's low bits, which the tag
-//! holds, so growing and deleting never read the slab. Linear probing with backward-shift
-//! deletion (no tombstones), at most 7/8 full, at most 2^32 slots.
+//! index: a slot is one `u64` holding the high 32 bits of the key's hash (its tag) and the
+//! slab index, so a probe usually touches one cache line and reads the slab (where the keys
+//! live) only for a slot whose tag matches. The home slot is computed from the tag alone
+//! (`tag · slots / 2^32`), so growing and deleting never read the slab, and the slot count
+//! need not be a power of two: the table grows by half, which keeps it 58–88 % full (a
+//! doubling table can sit at 44 %, and at a million blocks its slots would cost more than
+//! the slab). Linear probing with backward-shift deletion (no tombstones), at most 2^32
+//! slots.
 
 use super::index_hasher::mix;
 
 /// Tag and slab index of one occupied slot; 0 is an empty slot.
 type Slot = u64;
+
+/// The tag half of a slot.
+const TAG: u64 = 0xFFFF_FFFF_0000_0000;
 
 /// Key hash → slab index, with the keys kept by the caller.
 #[derive(Default)]
@@ -24,21 +30,9 @@ pub(crate) fn key_hash(key: u64) -> u64 {
 }
 
 #[inline]
-fn tag_of(hash: u64) -> u64 {
-    // The low half of the hash, which also gives the home slot.
-    hash << 32
-}
-
-/// The hash bits a slot keeps: enough for its home slot in any table up to 2^32 slots.
-#[inline]
-fn hash_in(slot: Slot) -> u64 {
-    slot >> 32
-}
-
-#[inline]
-fn slot_of(tag: u64, block: u32) -> Slot {
+fn slot_of(hash: u64, block: u32) -> Slot {
     // Block indices are stored plus one, so no occupied slot is 0.
-    tag | (u64::from(block) + 1)
+    (hash & TAG) | (u64::from(block) + 1)
 }
 
 #[inline]
@@ -61,35 +55,55 @@ impl BlockTable {
         self.len
     }
 
+    /// The slot where the probe for a key hashed to `hash` (or a slot's tag) starts.
     #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len().wrapping_sub(1)
+    fn home(&self, hash: u64) -> usize {
+        (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
+    }
+
+    /// The slot after `at`, wrapping around.
+    #[inline]
+    fn next(&self, at: usize) -> usize {
+        if at + 1 == self.slots.len() {
+            0
+        } else {
+            at + 1
+        }
     }
 
     /// Hints the CPU to load the slot where the probe for `hash` starts (a store prefetches
     /// the slots of the blocks after the one it is storing, so their misses overlap).
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        if let Some(slot) = self.slots.get(hash as usize & self.mask()) {
+        if let Some(slot) = self.slots.get(self.home(hash)) {
             prefetch(slot);
+        }
+    }
+
+    /// How far `at` lies past `home`, wrapping around.
+    #[inline]
+    fn distance(&self, home: usize, at: usize) -> usize {
+        if at >= home {
+            at - home
+        } else {
+            at + self.slots.len() - home
         }
     }
 
     /// The slab index filed under `hash` for which `is_key` holds.
     #[inline]
     pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
-        let mask = self.mask();
-        let tag = tag_of(hash);
-        let mut at = hash as usize & mask;
+        let tag = hash & TAG;
+        let mut at = self.home(hash);
         loop {
             let slot = *self.slots.get(at)?;
             if slot == 0 {
                 return None;
             }
-            if slot & 0xFFFF_FFFF_0000_0000 == tag && is_key(block_of(slot)) {
+            if slot & TAG == tag && is_key(block_of(slot)) {
                 return Some(block_of(slot));
             }
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
     }
 
@@ -98,51 +112,49 @@ impl BlockTable {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
-        self.place(slot_of(tag_of(hash), block), hash);
+        self.place(slot_of(hash, block));
         self.len += 1;
     }
 
-    fn place(&mut self, slot: Slot, hash: u64) {
-        let mask = self.mask();
-        let mut at = hash as usize & mask;
+    fn place(&mut self, slot: Slot) {
+        let mut at = self.home(slot);
         while self.slots[at] != 0 {
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
         self.slots[at] = slot;
     }
 
     fn grow(&mut self) {
-        let capacity = capacity_for(self.len + 1).max(self.slots.len() * 2);
+        let capacity = capacity_for(self.len + 1).max(self.slots.len() + self.slots.len() / 2);
         let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
         for slot in old.into_iter().filter(|slot| *slot != 0) {
-            self.place(slot, hash_in(slot));
+            self.place(slot);
         }
     }
 
     /// Removes `block`, filed under `hash` (the entries after it shift back into the gap).
     /// Returns whether it was filed.
     pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
-        let mask = self.mask();
-        let wanted = slot_of(tag_of(hash), block);
-        let mut at = hash as usize & mask;
+        let wanted = slot_of(hash, block);
+        let mut at = self.home(hash);
         loop {
             match self.slots.get(at) {
                 None | Some(0) => return false,
                 Some(slot) if *slot == wanted => break,
-                Some(_) => at = (at + 1) & mask,
+                Some(_) => at = self.next(at),
             }
         }
-        // Backward shift: move later entries of the run into the gap when their home slot
-        // does not lie (cyclically) after the gap.
+        // Backward shift: a later entry of the run moves into the gap unless its home lies
+        // (cyclically) after the gap.
         let mut gap = at;
-        let mut next = (gap + 1) & mask;
+        let mut next = self.next(gap);
         while self.slots[next] != 0 {
-            let home = hash_in(self.slots[next]) as usize & mask;
-            if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(gap) & mask) {
+            let home = self.home(self.slots[next]);
+            if self.distance(home, next) >= self.distance(gap, next) {
                 self.slots[gap] = self.slots[next];
                 gap = next;
             }
-            next = (next + 1) & mask;
+            next = self.next(next);
         }
         self.slots[gap] = 0;
         self.len -= 1;
@@ -150,9 +162,9 @@ impl BlockTable {
     }
 }
 
-/// The power-of-two slot count that keeps `blocks` entries at most 7/8 full.
+/// The slot count that keeps `blocks` entries at most 7/8 full (at least 8 slots).
 fn capacity_for(blocks: usize) -> usize {
-    let capacity = (blocks * 8).div_ceil(7).next_power_of_two().max(8);
+    let capacity = (blocks * 8).div_ceil(7).max(8);
     assert!(
         capacity <= 1 << 32,
         "the block table holds at most 2^32 slots"
@@ -213,10 +225,10 @@ mod tests {
 
     #[test]
     fn backward_shift_keeps_colliding_runs_reachable() {
-        // Every key hashes to one of two home slots of a small table (the tags differ above
-        // the home bits).
+        // Every key hashes to one of two home slots of a small table (the tags differ below
+        // the bits that choose the home).
         let keys: Vec<u64> = (0..6).collect();
-        let hashes: Vec<u64> = (0..6u64).map(|i| (i << 20) | (i % 2)).collect();
+        let hashes: Vec<u64> = (0..6u64).map(|i| ((i % 2) << 62) | (i << 32)).collect();
         let mut table = BlockTable::with_capacity(6);
         for (block, hash) in hashes.iter().enumerate() {
             table.insert(*hash, block as u32);
