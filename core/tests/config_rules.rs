@@ -222,7 +222,11 @@ worker_selection:
         parameters: {min_additional_blocks: 4, max_blocks: 9}
 ";
     let error = failure(yaml);
-    assert_eq!(at(&error), (6, 60));
+    // An unknown field is a mistake in the key, so the caret points at the key (column 48,
+    // where `max_blocks` starts), as for every other unknown key; a bad value points at the value.
+    let line = yaml.lines().nth(5).unwrap();
+    assert_eq!(line.find("max_blocks").unwrap() + 1, 48);
+    assert_eq!(at(&error), (6, 48));
     assert!(
         error.to_string().contains(
             "worker_selection.decode.hints[0].parameters.max_blocks: unknown field `max_blocks`"
@@ -239,6 +243,7 @@ worker_selection:
         parameters: {max_blocks: 4, depth: 2}
 ";
     let error = failure(yaml);
+    assert_eq!(at(&error), (6, 37), "at the key `depth`");
     assert!(
         error.to_string().contains(
             "worker_selection.decode.hints[0].parameters.depth: unknown field `depth`; remove it or correct its spelling"

@@ -110,7 +110,10 @@ fn doc(policy: &Policy) -> TokenStream {
 fn parameters_type(policy: &Policy) -> TokenStream {
     let ident = &policy.ident;
     match &policy.parameters {
-        Some(parameters) => quote!(::core::stringify!(#parameters)),
+        Some(parameters) => {
+            let text = crate::type_text::type_text(parameters);
+            quote!(#text)
+        }
         None => quote!(::core::stringify!(#ident)),
     }
 }

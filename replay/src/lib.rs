@@ -13,6 +13,7 @@ pub mod compare;
 pub mod engine_block;
 pub mod hit_rate;
 pub mod html_report;
+pub mod invariants;
 pub mod outcome;
 pub mod report;
 pub mod router_port;
@@ -27,6 +28,7 @@ pub use builtin_config::{
 };
 pub use cluster::{ClusterConfig, ClusterError, ResolvedCluster};
 pub use compare::{ReplayConfig, ReplayError, ReplayOptions, compare};
+pub use invariants::Invariants;
 pub use outcome::{BookingRecord, SimulationResult, StageOutcome};
 pub use report::{Comparison, WorkloadInfo};
 pub use router_port::RouterPort;

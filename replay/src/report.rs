@@ -38,9 +38,23 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Whether every configuration conserved every request's blocks.
-    pub fn conservation_holds(&self) -> bool {
-        self.configs.iter().all(ConfigReport::conservation_holds)
+    /// Whether the simulation and the router agreed on every checked invariant, in every
+    /// configuration.
+    pub fn invariants_hold(&self) -> bool {
+        self.configs.iter().all(ConfigReport::invariants_hold)
+    }
+
+    /// Each violated invariant, prefixed with its configuration's name.
+    pub fn invariant_violations(&self) -> Vec<String> {
+        self.configs
+            .iter()
+            .flat_map(|c| {
+                c.invariants
+                    .violations()
+                    .into_iter()
+                    .map(move |v| format!("{}: {v}", c.name))
+            })
+            .collect()
     }
 
     /// Pretty JSON of the whole comparison.
@@ -174,6 +188,17 @@ impl Rows<'_> {
         });
         self.row(&format!("{prefix}hint blocks already evicted"), &|c| {
             stage(c).hint_blocks_evicted.to_string()
+        });
+        self.row(&format!("{prefix}router view right / mean error"), &|c| {
+            let s = stage(c);
+            if s.served == 0 {
+                return "-".to_owned();
+            }
+            format!(
+                "{:.2}% / {:.2} blk",
+                s.router_view_exact_rate * 100.0,
+                s.router_view_mean_error_blocks
+            )
         });
     }
 

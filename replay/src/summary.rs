@@ -4,6 +4,7 @@
 pub use crate::hit_rate::HitRatePoint;
 
 use crate::hit_rate::hit_rate_over_time;
+use crate::invariants::Invariants;
 use crate::outcome::SimulationResult;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -35,8 +36,16 @@ pub struct StageSummary {
     pub fetch_wasted: u64,
     /// Blocks a `kv.fetch` named that the source had already evicted.
     pub hint_blocks_evicted: u64,
-    /// Requests whose local + fetched + recomputed differed from their blocks (always 0).
-    pub conservation_violations: u64,
+    /// Bookings where the router's predicted cached prefix for the booked worker equalled the
+    /// prefix the worker held when it started the request.
+    pub router_view_exact: u64,
+    /// `router_view_exact / served`: how often the router's view was right.
+    pub router_view_exact_rate: f64,
+    /// Mean of |predicted − held at start| over the stage's requests, in blocks.
+    pub router_view_mean_error_blocks: f64,
+    /// Mean of (predicted − held at start), in blocks: above 0 the router expected more than
+    /// the worker still held (evicted meanwhile), below 0 less (events not yet delivered).
+    pub router_view_mean_bias_blocks: f64,
 }
 
 /// p50, p90, p99 and mean of a distribution.
@@ -154,12 +163,14 @@ pub struct ConfigReport {
     pub hit_rate_over_time: Vec<HitRatePoint>,
     /// TTFT CDF: (milliseconds, fraction of served requests at or below).
     pub ttft_cdf: Vec<(f64, f64)>,
+    /// Disagreements between the simulated workers and the router (all zero when sound).
+    pub invariants: Invariants,
 }
 
 impl ConfigReport {
-    /// Whether every request conserved its blocks in every stage.
-    pub fn conservation_holds(&self) -> bool {
-        self.stages.iter().all(|s| s.conservation_violations == 0)
+    /// Whether the simulation and the router agreed on every checked invariant.
+    pub fn invariants_hold(&self) -> bool {
+        self.invariants.hold()
     }
 
     /// Summarises one simulation.
@@ -180,11 +191,13 @@ impl ConfigReport {
             virtual_s: result.virtual_end_us as f64 / 1e6,
             hit_rate_over_time: hit_rate_over_time(result),
             ttft_cdf,
+            invariants: result.invariants,
         }
     }
 }
 
-/// How each stage's blocks were obtained, with conservation checked per request.
+/// How each stage's blocks were obtained, and how often the router's view of the booked
+/// worker's cache was right.
 fn stage_summaries(result: &SimulationResult) -> Vec<StageSummary> {
     let mut stages: Vec<StageSummary> = result
         .stages
@@ -205,17 +218,20 @@ fn stage_summaries(result: &SimulationResult) -> Vec<StageSummary> {
         stage.recomputed += u64::from(outcome.recomputed);
         stage.fetch_wasted += u64::from(outcome.fetch_wasted);
         stage.hint_blocks_evicted += u64::from(outcome.hint_blocks_evicted);
-        if u64::from(outcome.local) + u64::from(outcome.fetched) + u64::from(outcome.recomputed)
-            != u64::from(outcome.blocks)
-        {
-            stage.conservation_violations += 1;
-        }
+        let error = i64::from(outcome.predicted_local) - i64::from(outcome.held_at_start);
+        stage.router_view_exact += u64::from(error == 0);
+        stage.router_view_mean_error_blocks += error.unsigned_abs() as f64;
+        stage.router_view_mean_bias_blocks += error as f64;
     }
     for stage in &mut stages {
         let blocks = stage.blocks.max(1) as f64;
         stage.local_rate = stage.local as f64 / blocks;
         stage.fetched_rate = stage.fetched as f64 / blocks;
         stage.recomputed_rate = stage.recomputed as f64 / blocks;
+        let served = stage.served.max(1) as f64;
+        stage.router_view_exact_rate = stage.router_view_exact as f64 / served;
+        stage.router_view_mean_error_blocks /= served;
+        stage.router_view_mean_bias_blocks /= served;
     }
     stages
 }

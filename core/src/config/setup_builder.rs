@@ -8,8 +8,8 @@ use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
 use crate::plugins::name;
 use crate::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use crate::plugins::{
-    Commitments, HintPolicyEntry, ParameterError, Partition, PolicyEntry, PolicyParameters,
-    PolicyRegistry, RegistryError,
+    Commitments, HintPolicyEntry, ParameterError, ParameterErrorKind, Partition, PolicyEntry,
+    PolicyParameters, PolicyRegistry, RegistryError,
 };
 use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 use crate::router::worker::Role;
@@ -455,7 +455,11 @@ impl Builder<'_> {
         let parameters_path = format!("{entry_path}.parameters");
         let parameters = self.parameters(role, &parameters_path, node)?;
         build(parameters).map_err(|error| {
-            let position = node.map_or(fallback, |node| node.position_of(error.path()));
+            // A bad value points at the value; a field the policy does not read, at its key.
+            let position = node.map_or(fallback, |node| match error.kind() {
+                ParameterErrorKind::Invalid => node.position_of(error.path()),
+                ParameterErrorKind::UnknownField => node.field_position_of(error.path()),
+            });
             self.error(
                 position,
                 role,

@@ -32,7 +32,8 @@ pub use hint_context::HintContext;
 pub use hint_host::HintHost;
 pub use kv_copy::KvCopy;
 pub use parameters::{
-    HintPolicyParameters, ParameterError, PolicyParameters, WorkerSelectionParameters,
+    HintPolicyParameters, ParameterError, ParameterErrorKind, PolicyParameters,
+    WorkerSelectionParameters,
 };
 pub use policy_error::PolicyError;
 pub use registration::PolicyRegistration;
