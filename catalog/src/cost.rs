@@ -16,11 +16,13 @@ pub const DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT: f64 = 0.0;
 /// credit  = overlap_score_credit * overlap
 /// prefill = (active_prefill_tokens + prompt_tokens) / block_size
 /// cost    = prefill_load_scale * max(prefill - credit, 0)
-///         + active_blocks
+///         + potential_decode_blocks
 ///         + decode_active_request_weight * active_requests
 /// ```
 /// `overlap` is the worker's cached prefix in blocks, plus, under `kvcr`, the shared-cache
-/// credit for blocks a peer can supply.
+/// credit for blocks a peer can supply. `potential_decode_blocks` is upstream's decode term: the
+/// worker's distinct active blocks plus the request's blocks that no active request on that
+/// worker shares ([`WorkerLoad::potential_decode_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
     overlap_score_credit: f64,
@@ -68,7 +70,7 @@ impl CostModel {
         let prefill =
             (load.active_prefill_tokens as f64 + prompt_tokens as f64) / f64::from(block_size);
         self.prefill_load_scale * (prefill - credit).max(0.0)
-            + load.active_blocks as f64
+            + load.potential_decode_blocks() as f64
             + self.decode_active_request_weight * load.active_requests as f64
     }
 
@@ -121,6 +123,7 @@ mod tests {
             active_prefill_tokens: prefill,
             active_blocks: blocks,
             active_requests: requests,
+            additional_active_blocks: 0,
         }
     }
 

@@ -58,8 +58,12 @@ impl DefaultCostConfig {
 /// credit  = overlap_score_credit * cached_prefix_blocks
 /// prefill = (active_prefill_tokens + prompt_tokens) / block_size
 /// cost    = prefill_load_scale * max(prefill - credit, 0)
-///         + active_blocks + decode_active_request_weight * active_requests
+///         + potential_decode_blocks + decode_active_request_weight * active_requests
 /// ```
+///
+/// `potential_decode_blocks` counts, as upstream does, the worker's active blocks plus this
+/// request's blocks, with blocks that active requests on the worker share (same sequence hash)
+/// counted once.
 ///
 /// `router_temperature` 0 takes the minimum, breaking ties at random; above 0 it samples worker
 /// i with probability ∝ exp(−(cᵢ − c_min) / ((c_max − c_min)·T)). `seed` fixes the draws.

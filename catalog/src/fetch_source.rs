@@ -1,5 +1,6 @@
 //! Which peer a worker fetches KV from: the eligible peer with the longest cached prefix.
 
+use dynamo_kv_router::kv::EngineBlockHash;
 use dynamo_kv_router::plugins::{Candidate, RequestView};
 use dynamo_kv_router::router::WorkerId;
 use std::cmp::Reverse;
@@ -65,19 +66,19 @@ fn offers_source(candidate: &Candidate) -> bool {
     candidate.is_fetch_source_for(other)
 }
 
-/// The engine block hashes `source` reported for the request's blocks `first..end`, stopping at
-/// the first block whose engine hash the index does not know: a fetch can only name blocks the
-/// source can identify, and blocks after a gap are useless without the gap.
-pub fn known_leading_hashes(
+/// The engine block hashes `source` reported for the request's blocks `0..end`, root-aligned
+/// (entry `i` is request block `i`, as `kv.fetch` payloads name them), stopping at the first
+/// block whose engine hash the index does not know: a fetch can only name blocks the source can
+/// identify, and blocks after a gap are useless without the gap.
+pub fn root_aligned_hashes(
     request: &RequestView<'_>,
     source: WorkerId,
-    first: usize,
     end: usize,
-) -> Vec<u64> {
+) -> Vec<EngineBlockHash> {
     let end = end.min(request.sequence_hashes.len());
-    let hashes = request.sequence_hashes.get(first..end).unwrap_or_default();
+    let hashes = &request.sequence_hashes[..end];
     // All known (the common case): one batched lookup; else stop at the first unknown block.
-    if let Some(all) = request.blocks.engine_block_hashes(source, first, hashes) {
+    if let Some(all) = request.blocks.engine_block_hashes(source, 0, hashes) {
         return all;
     }
     hashes
@@ -136,22 +137,28 @@ mod tests {
     }
 
     #[test]
-    fn leading_hashes_stop_at_the_first_unknown_block() {
+    fn root_aligned_hashes_stop_at_the_first_unknown_block() {
         let mut cluster = Cluster::new(6);
         cluster.add(1, 6).hint("tcp://a");
+        cluster.with_view(|view| {
+            assert_eq!(
+                root_aligned_hashes(view, worker(1), 6),
+                cluster.engine_hashes(1, 0..6)
+            );
+            // Ranges past the prompt are clamped.
+            assert_eq!(root_aligned_hashes(view, worker(1), 99).len(), 6);
+            assert!(root_aligned_hashes(view, worker(1), 0).is_empty());
+        });
         cluster.forget(1, 4);
         cluster.with_view(|view| {
             assert_eq!(
-                known_leading_hashes(view, worker(1), 1, 6),
-                cluster.engine_hashes(1, 1..4)
+                root_aligned_hashes(view, worker(1), 6),
+                cluster.engine_hashes(1, 0..4)
             );
             assert_eq!(
-                known_leading_hashes(view, worker(1), 4, 6),
-                Vec::<u64>::new()
+                root_aligned_hashes(view, worker(1), 3),
+                cluster.engine_hashes(1, 0..3)
             );
-            // Ranges past the prompt are clamped.
-            assert_eq!(known_leading_hashes(view, worker(1), 2, 99).len(), 2);
-            assert!(known_leading_hashes(view, worker(1), 9, 99).is_empty());
         });
     }
 }

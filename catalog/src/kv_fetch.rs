@@ -1,13 +1,12 @@
 //! `kv_fetch`: tells the booked worker to fetch KV it lacks from a peer that holds it.
 
-use crate::fetch_source::{SourceRanking, known_leading_hashes};
+use crate::fetch_source::{SourceRanking, root_aligned_hashes};
 use crate::invalid_parameter::{InvalidParameter, at_least_one};
+use dynamo_kv_router::kv::EngineBlockHash;
 use dynamo_kv_router::plugins::prelude::*;
-
-/// The action type of a KV fetch.
-pub const KV_FETCH_ACTION_TYPE: &str = "kv.fetch";
-/// The payload version of a KV fetch.
-pub const KV_FETCH_ACTION_VERSION: &str = "1.0";
+pub use dynamo_kv_router::plugins::{
+    KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload,
+};
 
 /// The parameters of `kv_fetch`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -29,18 +28,21 @@ impl Default for KvFetchConfig {
 /// worker-selection policy committed it to, or else a best-effort fetch that adds at least
 /// `min_additional_blocks` (default 1). Sends committed KV copies; on by default under `kvcr`.
 ///
-/// - **Committed copy**: one `kv.fetch` action with the copy's source endpoint and engine block
-///   hashes, exactly as committed.
+/// - **Committed copy**: one `kv.fetch` action with the copy's source endpoint and root-aligned
+///   engine block hashes, exactly as committed.
 /// - **Best effort** (no committed copy): the best eligible source — another worker of the role
 ///   that advertises `router_hint` with a non-empty source endpoint, with the longest cached
 ///   prefix of the request (ties: smaller `(worker_id, dp_rank)`). If it holds at least
 ///   `min_additional_blocks` more prefix blocks than the booked worker, one `kv.fetch` naming
-///   its endpoint and its engine hashes of the blocks the booked worker lacks. The hashes stop
-///   at the first block whose engine hash the index does not know (blocks after a gap cannot be
-///   used); if fewer than `min_additional_blocks` remain, no action.
+///   its endpoint and its engine hashes of the request's blocks from block 0 to the end of its
+///   prefix. The hashes stop at the first block whose engine hash the index does not know
+///   (blocks after a gap cannot be used); if that leaves fewer than `min_additional_blocks`
+///   beyond the booked worker's prefix, no action.
 /// - Otherwise no action.
 ///
-/// Payload (action version `1.0`):
+/// Payload (action version `1.0`, upstream's `KvSourceLocationsPayload`): `block_hashes[i]` is
+/// the source's engine hash of request block `i`, from block 0 to the end of the source's
+/// prefix (root-aligned); the booked worker fetches only the suffix it lacks.
 /// `{"source_control_endpoint": "tcp://10.0.0.7:23280", "block_hashes": [11, 22, 33]}`.
 #[hint_policy("kv_fetch", defaults = [kvcr], commits = KV_COPY, parameters = KvFetchConfig)]
 #[derive(Clone, Debug)]
@@ -81,9 +83,8 @@ impl HintPolicy for KvFetch {
         if source.cached_blocks < own.saturating_add(self.min_additional_blocks) {
             return Ok(Vec::new());
         }
-        let hashes =
-            known_leading_hashes(context.request(), source.worker, own, source.cached_blocks);
-        if hashes.len() < self.min_additional_blocks {
+        let hashes = root_aligned_hashes(context.request(), source.worker, source.cached_blocks);
+        if hashes.len() < own.saturating_add(self.min_additional_blocks) {
             return Ok(Vec::new());
         }
         Ok(vec![kv_fetch_action(endpoint, &hashes)])
@@ -94,23 +95,13 @@ impl HintPolicy for KvFetch {
     }
 }
 
-/// A `kv.fetch` action (version `1.0`) for `block_hashes` from the peer at `source_endpoint`.
-pub fn kv_fetch_action(source_control_endpoint: &str, block_hashes: &[u64]) -> HintAction {
-    // Built directly: `json!` would serialise the hashes through serde one by one.
-    let mut payload = serde_json::Map::new();
-    payload.insert(
-        "source_control_endpoint".to_owned(),
-        serde_json::Value::from(source_control_endpoint),
-    );
-    payload.insert(
-        "block_hashes".to_owned(),
-        serde_json::Value::Array(block_hashes.iter().map(|hash| (*hash).into()).collect()),
-    );
-    HintAction::new(
-        KV_FETCH_ACTION_TYPE,
-        KV_FETCH_ACTION_VERSION,
-        serde_json::Value::Object(payload),
-    )
+/// A `kv.fetch` action (version `1.0`) naming the source at `source_control_endpoint` and its
+/// root-aligned engine `block_hashes` (see [`KvFetchPayload`]).
+pub fn kv_fetch_action(
+    source_control_endpoint: &str,
+    block_hashes: &[EngineBlockHash],
+) -> HintAction {
+    KvFetchPayload::action(source_control_endpoint, block_hashes)
 }
 
 #[cfg(test)]
@@ -139,12 +130,34 @@ mod tests {
             .unwrap()
     }
 
-    fn fetch(endpoint: &str, hashes: Vec<u64>) -> Vec<HintAction> {
+    fn fetch(endpoint: &str, hashes: Vec<EngineBlockHash>) -> Vec<HintAction> {
         vec![HintAction {
             action_type: "kv.fetch".into(),
             action_version: "1.0".into(),
             payload: json!({"source_control_endpoint": endpoint, "block_hashes": hashes}),
         }]
+    }
+
+    #[test]
+    fn the_envelope_of_a_committed_copy_is_upstreams_byte_for_byte() {
+        let mut cluster = Cluster::new(4);
+        cluster.add(1, 4).hint("tcp://10.0.0.7:23280");
+        cluster.add(2, 1).hint("tcp://b");
+        let copy = KvCopy {
+            source: worker(1),
+            source_endpoint: "tcp://10.0.0.7:23280".into(),
+            first_block: 1,
+            block_hashes: [9000, 9001, 9002, 9003].map(EngineBlockHash).to_vec(),
+        };
+        let actions = hints(&kv_fetch(1), &cluster, 2, Some(&copy));
+        let hint = dynamo_kv_router::wire::KvHint::numbered("req-7", actions);
+        // What upstream's `KvHint::new("req-7", vec![KvHintAction::fetch("a1",
+        // KvSourceLocationsPayload { .. })])` serialises to: fields in declaration order, the
+        // payload a sorted map, the source's hashes from block 0.
+        assert_eq!(
+            hint.to_json(),
+            r#"{"protocol_version":"0.1","message_id":"req-7","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[9000,9001,9002,9003],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}"#
+        );
     }
 
     #[test]
@@ -156,11 +169,17 @@ mod tests {
             source: worker(1),
             source_endpoint: "tcp://10.0.0.7:23280".into(),
             first_block: 0,
-            block_hashes: vec![11, 22, 33],
+            block_hashes: [11, 22, 33].map(EngineBlockHash).to_vec(),
         };
         // A committed copy is sent as committed, even when min_additional_blocks is larger.
         let actions = hints(&kv_fetch(10), &cluster, 2, Some(&copy));
-        assert_eq!(actions, fetch("tcp://10.0.0.7:23280", vec![11, 22, 33]));
+        assert_eq!(
+            actions,
+            fetch(
+                "tcp://10.0.0.7:23280",
+                [11, 22, 33].map(EngineBlockHash).to_vec()
+            )
+        );
         assert_eq!(
             serde_json::to_value(&actions[0]).unwrap(),
             json!({"action_type": "kv.fetch", "action_version": "1.0",
@@ -170,13 +189,14 @@ mod tests {
     }
 
     #[test]
-    fn best_effort_fetches_the_blocks_the_booked_worker_lacks() {
+    fn best_effort_names_the_source_prefix_root_aligned() {
         let mut cluster = Cluster::new(8);
         cluster.add(1, 7).hint("tcp://w1");
         cluster.add(2, 3).hint("tcp://w2");
         cluster.add(3, 5).hint("tcp://w3");
+        // w2 lacks blocks 3..7; the payload names w1's blocks 0..7 and w2 fetches the suffix.
         let actions = hints(&kv_fetch(1), &cluster, 2, None);
-        assert_eq!(actions, fetch("tcp://w1", cluster.engine_hashes(1, 3..7)));
+        assert_eq!(actions, fetch("tcp://w1", cluster.engine_hashes(1, 0..7)));
         // The best source itself fetches from the next best.
         let actions = hints(&kv_fetch(1), &cluster, 1, None);
         assert_eq!(actions, Vec::new(), "w3 holds fewer blocks than w1");
@@ -190,7 +210,7 @@ mod tests {
         // w1 holds 4 more blocks than w2.
         assert_eq!(
             hints(&kv_fetch(4), &cluster, 2, None),
-            fetch("tcp://w1", cluster.engine_hashes(1, 2..6))
+            fetch("tcp://w1", cluster.engine_hashes(1, 0..6))
         );
         assert_eq!(hints(&kv_fetch(5), &cluster, 2, None), Vec::new());
         // Equal prefixes add nothing.
@@ -212,6 +232,12 @@ mod tests {
         );
         // Three known blocks are fewer than the four asked for.
         assert_eq!(hints(&kv_fetch(4), &cluster, 2, None), Vec::new());
+        // A booked worker that holds the known run already gains nothing.
+        let mut cluster = Cluster::new(8);
+        cluster.add(1, 8).hint("tcp://w1");
+        cluster.add(2, 3);
+        cluster.forget(1, 3);
+        assert_eq!(hints(&kv_fetch(1), &cluster, 2, None), Vec::new());
     }
 
     #[test]
@@ -252,7 +278,7 @@ mod tests {
             .add_worker(WorkerId::new(4, 0), 5)
             .hint("tcp://w4r0");
         cluster.add(2, 0).hint("tcp://w2");
-        let expected: Vec<u64> = (0..5)
+        let expected: Vec<EngineBlockHash> = (0..5)
             .map(|i| crate::test_support::engine_hash(WorkerId::new(4, 0), i))
             .collect();
         assert_eq!(

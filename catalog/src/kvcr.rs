@@ -5,7 +5,7 @@ use crate::cost::{
     DEFAULT_PREFILL_LOAD_SCALE, no_candidates,
 };
 use crate::default_cost::DefaultCostConfig;
-use crate::fetch_source::{SourceRanking, known_leading_hashes};
+use crate::fetch_source::{SourceRanking, root_aligned_hashes};
 use crate::invalid_parameter::{InvalidParameter, fraction};
 use crate::picker::{CostPicker, is_tied};
 use dynamo_kv_router::plugins::prelude::*;
@@ -76,8 +76,9 @@ impl KvcrConfig {
 /// A worker that was already a cheapest choice on its own cache needs no commitment (`kv_fetch`
 /// may still send it a best-effort fetch). The committed [`KvCopy`] names the best source, its
 /// endpoint, the booked worker's prefix length as `first_block`, and the source's engine block
-/// hashes from there to the end of the source's prefix — stopping at the first block whose
-/// engine hash the index does not know; if none is known, nothing is committed.
+/// hashes root-aligned, from block 0 to the end of the source's prefix (as upstream's
+/// `kv.fetch` payload names them) — stopping at the first block whose engine hash the index
+/// does not know; if that leaves no block past `first_block`, nothing is committed.
 ///
 /// Parameters: those of `dynamo-default-cost-fn` (`overlap_score_credit` 1.0,
 /// `prefill_load_scale` 1.0, `decode_active_request_weight` 0, `router_temperature` 0, `seed`)
@@ -184,13 +185,13 @@ fn extra_blocks(source: &Candidate, candidate: &Candidate) -> usize {
     source.cached_blocks.saturating_sub(candidate.cached_blocks)
 }
 
-/// The copy of `source`'s blocks beyond `booked`'s prefix, as far as their engine hashes are known.
+/// The copy of `source`'s blocks beyond `booked`'s prefix, as far as their engine hashes are
+/// known, named root-aligned.
 fn commit(request: &RequestView<'_>, booked: &Candidate, source: &Candidate) -> Option<KvCopy> {
     let endpoint = source.source_endpoint.as_deref()?;
     let first_block = booked.cached_blocks;
-    let block_hashes =
-        known_leading_hashes(request, source.worker, first_block, source.cached_blocks);
-    if block_hashes.is_empty() {
+    let block_hashes = root_aligned_hashes(request, source.worker, source.cached_blocks);
+    if block_hashes.len() <= first_block {
         tracing::debug!(
             request_id = request.request_id,
             source = %source.worker,
@@ -310,12 +311,15 @@ mod tests {
         assert_eq!(selection.worker, worker(2));
         let copy = selection.kv_copy.expect("the credit changed the choice");
         assert_eq!((copy.source, copy.first_block), (worker(1), 4));
-        assert_eq!(copy.block_hashes, cluster.engine_hashes(1, 4..9));
+        // Root-aligned: the source's hashes from block 0; the booked worker copies 4..9.
+        assert_eq!(copy.block_hashes, cluster.engine_hashes(1, 0..9));
+        assert_eq!(copy.copied_blocks(), 4..9);
 
         // The index lost w1's engine hash of block 6: only the known leading run 4..6 is copied.
         cluster.forget(1, 6);
         let copy = select(&policy, &cluster).kv_copy.unwrap();
-        assert_eq!(copy.block_hashes, cluster.engine_hashes(1, 4..6));
+        assert_eq!(copy.block_hashes, cluster.engine_hashes(1, 0..6));
+        assert_eq!(copy.copied_blocks(), 4..6);
         // It lost block 4 as well: nothing can be copied, the choice stands without a copy.
         cluster.forget(1, 4);
         assert_eq!(select(&policy, &cluster), Selection::worker(worker(2)));

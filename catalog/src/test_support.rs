@@ -1,5 +1,6 @@
 //! Hand-built clusters and request views for the unit tests.
 
+use dynamo_kv_router::kv::{EngineBlockHash, SequenceHash};
 use dynamo_kv_router::plugins::{
     BlockLookup, Candidate, HintContext, KvCopy, RequestView, SessionContext, WorkerLoad,
     WorkerSelectionContext,
@@ -18,23 +19,27 @@ pub fn worker(id: u64) -> WorkerId {
 }
 
 /// The engine hash a test worker reports for block `index`: recognisable in assertions.
-pub fn engine_hash(worker: WorkerId, index: usize) -> u64 {
-    worker.worker_id * 1_000 + u64::from(worker.dp_rank) * 100 + index as u64
+pub fn engine_hash(worker: WorkerId, index: usize) -> EngineBlockHash {
+    EngineBlockHash(worker.worker_id * 1_000 + u64::from(worker.dp_rank) * 100 + index as u64)
 }
 
 /// An index that knows the engine hashes the test cluster registered.
 #[derive(Default)]
-pub struct MapLookup(HashMap<(WorkerId, u64), u64>);
+pub struct MapLookup(HashMap<(WorkerId, SequenceHash), EngineBlockHash>);
 
 impl BlockLookup for MapLookup {
-    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64> {
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
         self.0.get(&(worker, sequence_hash)).copied()
     }
 }
 
 /// A request of `blocks` full blocks and the role's workers.
 pub struct Cluster {
-    sequence_hashes: Vec<u64>,
+    sequence_hashes: Vec<SequenceHash>,
     candidates: Vec<Candidate>,
     lookup: MapLookup,
     session: SessionContext,
@@ -73,6 +78,7 @@ impl CandidateMut<'_> {
             active_prefill_tokens,
             active_blocks,
             active_requests,
+            additional_active_blocks: 0,
         };
         self
     }
@@ -82,7 +88,9 @@ impl Cluster {
     /// A request of `blocks` full blocks and no workers yet.
     pub fn new(blocks: usize) -> Self {
         Self {
-            sequence_hashes: (0..blocks as u64).map(|i| 0xA000_0000 + i).collect(),
+            sequence_hashes: (0..blocks as u64)
+                .map(|i| SequenceHash(0xA000_0000 + i))
+                .collect(),
             candidates: Vec::new(),
             lookup: MapLookup::default(),
             session: SessionContext::default(),
@@ -121,7 +129,7 @@ impl Cluster {
     }
 
     /// Worker `id`'s engine hashes of `blocks`.
-    pub fn engine_hashes(&self, id: u64, blocks: Range<usize>) -> Vec<u64> {
+    pub fn engine_hashes(&self, id: u64, blocks: Range<usize>) -> Vec<EngineBlockHash> {
         blocks.map(|index| engine_hash(worker(id), index)).collect()
     }
 

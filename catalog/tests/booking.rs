@@ -1,7 +1,7 @@
 //! The built-ins inside a real router: kvcr commits a copy that kv_fetch sends, and kv_fetch's
 //! best effort obeys `min_additional_blocks`, with events feeding the index.
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{EngineBlockHash, KvCacheEventData, RouterEvent, block_hashes};
 use dynamo_kv_router::plugins::{KvCopy, Partition, PolicyParameters, PolicyRegistry};
 use dynamo_kv_router::router::RouterOptions;
 use dynamo_kv_router::router::{
@@ -40,30 +40,19 @@ fn prompt(first_token: u32, blocks: u32) -> Vec<u32> {
 }
 
 /// The engine hash worker `id` reports for block `index`.
-fn engine(id: u64, index: usize) -> u64 {
-    id * 100 + index as u64
+fn engine(id: u64, index: usize) -> EngineBlockHash {
+    EngineBlockHash(id * 100 + index as u64)
 }
 
-/// A `stored` event for the first `blocks` blocks of `tokens` on worker `id`.
-fn stored(id: u64, tokens: &[u32], blocks: usize) -> KvEvent {
-    let hashes = sequence_hashes_for_tokens(tokens, BLOCK_SIZE);
-    let blocks = hashes
-        .iter()
+/// Worker `id`'s first event: it stored the first `blocks` blocks of `tokens` from the root,
+/// each named by its engine hash and carrying its local hash.
+fn stored(id: u64, tokens: &[u32], blocks: usize) -> RouterEvent {
+    let blocks = block_hashes(tokens, BLOCK_SIZE)
+        .into_iter()
         .take(blocks)
         .enumerate()
-        .map(|(index, hash)| StoredBlock {
-            block_hash: engine(id, index),
-            tokens_hash: *hash,
-        })
-        .collect();
-    KvEvent::new(
-        worker(id),
-        1,
-        KvEventData::Stored {
-            parent_hash: None,
-            blocks,
-        },
-    )
+        .map(|(index, local)| (engine(id, index), local));
+    RouterEvent::new(worker(id), 0, KvCacheEventData::stored(None, blocks))
 }
 
 fn request(id: &str, tokens: Vec<u32>) -> RouteRequest {
@@ -156,7 +145,7 @@ fn kvcr_commits_a_copy_that_kv_fetch_sends() {
     // With credit: w2 10 - 0.5 * 8 = 6; w3 10 - 4 - 0.5 * 4 + 3 = 7 → w2, because of w1's blocks.
     let booking = router.book(&request("req-main", main)).expect("booked");
     assert_eq!(booking.worker, worker(2));
-    let hashes: Vec<u64> = (0..8).map(|index| engine(1, index)).collect();
+    let hashes: Vec<EngineBlockHash> = (0..8).map(|index| engine(1, index)).collect();
     assert_eq!(
         booking.committed_kv_copy,
         Some(KvCopy {
@@ -212,7 +201,8 @@ fn kv_fetch_best_effort_obeys_min_additional_blocks() {
             .map(|action| serde_json::to_value(action).unwrap())
             .collect();
         if expect_fetch {
-            let hashes: Vec<u64> = (5..8).map(|index| engine(1, index)).collect();
+            // Root-aligned: w1's engine hashes of blocks 0..8; w2 fetches the 3 it lacks.
+            let hashes: Vec<EngineBlockHash> = (0..8).map(|index| engine(1, index)).collect();
             assert_eq!(
                 actions,
                 [json!({
@@ -226,4 +216,39 @@ fn kv_fetch_best_effort_obeys_min_additional_blocks() {
             assert!(actions.is_empty(), "{actions:?}");
         }
     }
+}
+
+#[test]
+fn the_decode_term_counts_blocks_shared_with_active_requests_once() {
+    let router = router("dynamo-default-cost-fn", json!({"seed": 3}), Some(vec![]));
+    // w1 runs A (8 blocks), w2 runs Z (3 unrelated blocks); both prefills are done.
+    router.register_worker(plain(1)).unwrap();
+    warm(&router, "a", 0, 8);
+    router.register_worker(plain(2)).unwrap();
+    // Z on w1: 3 + 8 + 3 = 14, on w2: 3 + 0 + 3 = 6 → w2.
+    let z = router
+        .book(&request("z", prompt(50_000, 3)))
+        .expect("booked");
+    assert_eq!(z.worker, worker(2));
+    router.prefill_complete("z");
+
+    // Y shares A's first 6 blocks and adds 2 of its own (8 blocks).
+    let mut y = prompt(0, 6);
+    y.extend(prompt(90_000, 2));
+    // w1: prefill 8 + 8 active + 2 not shared = 18; w2: 8 + 3 + 8 = 19 → w1. Counting each
+    // request's blocks separately (8 + 8 on w1 against 3 + 8 on w2) would pick w2.
+    let booking = router.book(&request("y", y)).expect("booked");
+    assert_eq!(booking.worker, worker(1));
+    let loads: BTreeMap<WorkerId, u64> = router
+        .workers()
+        .into_iter()
+        .map(|(info, load)| (info.id, load.active_blocks))
+        .collect();
+    assert_eq!(loads, BTreeMap::from([(worker(1), 10), (worker(2), 3)]));
+    router.release("a");
+    assert_eq!(
+        router.workers()[0].1.active_blocks,
+        8,
+        "Y keeps the shared blocks"
+    );
 }

@@ -5,7 +5,10 @@
 mod workload;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dynamo_kv_router::kv::{KvIndex, sequence_hashes_for_tokens, sequence_hashes_iter};
+use dynamo_kv_router::kv::{
+    KvIndex, SequenceHash, sequence_hashes_for_tokens, sequence_hashes_iter,
+};
+use dynamo_kv_router::plugins::KvFetchPayload;
 use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use dynamo_kv_router::router::{
@@ -27,7 +30,7 @@ impl WorkerSelectionPolicy for CostSelection {
         let cost = |c: &Candidate| {
             let prefill =
                 (c.load.active_prefill_tokens as f64 + request.prompt_tokens as f64) / block_size;
-            (prefill - c.cached_blocks as f64).max(0.0) + c.load.active_blocks as f64
+            (prefill - c.cached_blocks as f64).max(0.0) + c.load.potential_decode_blocks() as f64
         };
         context
             .candidates()
@@ -38,7 +41,8 @@ impl WorkerSelectionPolicy for CostSelection {
     }
 }
 
-/// Best-effort `kv.fetch`: the longest eligible holder, if it adds at least one block.
+/// Best-effort `kv.fetch`: the longest eligible holder, if it adds at least one block, named
+/// root-aligned as upstream's payload does.
 struct FetchHint;
 
 impl HintPolicy for FetchHint {
@@ -54,25 +58,12 @@ impl HintPolicy for FetchHint {
         };
         let Some(hashes) = context
             .request()
-            .engine_block_hashes(source.worker, booked..source.cached_blocks)
+            .engine_block_hashes(source.worker, 0..source.cached_blocks)
         else {
             return Ok(Vec::new());
         };
-        // The payload of catalog's `kv_fetch`, built directly rather than through `json!`.
-        let mut payload = serde_json::Map::new();
-        payload.insert(
-            "source_control_endpoint".to_owned(),
-            serde_json::Value::from(source.source_endpoint.as_deref()),
-        );
-        payload.insert(
-            "block_hashes".to_owned(),
-            serde_json::Value::Array(hashes.into_iter().map(serde_json::Value::from).collect()),
-        );
-        Ok(vec![HintAction::new(
-            "kv.fetch",
-            "1.0",
-            serde_json::Value::Object(payload),
-        )])
+        let endpoint = source.source_endpoint.as_deref().unwrap_or_default();
+        Ok(vec![KvFetchPayload::action(endpoint, &hashes)])
     }
 
     fn commitments(&self) -> Commitments {
@@ -225,7 +216,7 @@ fn bench_book(c: &mut Criterion) {
             black_box(sequence_hashes_for_tokens(black_box(tokens), BLOCK_SIZE));
         });
     });
-    let all_hashes: Vec<Vec<u64>> = workload
+    let all_hashes: Vec<Vec<SequenceHash>> = workload
         .requests
         .iter()
         .map(|tokens| sequence_hashes_for_tokens(tokens, BLOCK_SIZE))

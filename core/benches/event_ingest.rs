@@ -1,11 +1,14 @@
 //! KV event ingest on one thread: `stored` events of 16 blocks (and of 1 block) applied through
 //! `Router::apply_event` to a warm index of 64 workers; removals that keep the index at a
-//! steady size run outside the timed section. Throughput is in stored blocks.
+//! steady size run outside the timed section. Throughput is in stored blocks. Each store
+//! extends what its worker holds at its frontier (its parent is the last block the worker holds
+//! of that chain, or the root), as an engine's stores do, so every store is chained, applied
+//! and new to its worker.
 
 mod workload;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{EngineBlockHash, KvCacheEventData, RouterEvent};
 use dynamo_kv_router::router::{
     Role, Router, RouterMode, RouterOptions, RouterSetup, WorkerCapabilities, WorkerInfo,
 };
@@ -34,17 +37,17 @@ fn bench_ingest(c: &mut Criterion) {
         let _ = router.apply_event(event);
     }
     // A pool of chains: half are the warm contexts (blocks other workers already hold), half new.
-    let mut chains: Vec<Vec<u64>> = workload
+    let mut chains: Vec<Chain> = workload
         .contexts
         .iter()
-        .map(|tokens| sequence_hashes_for_tokens(tokens, BLOCK_SIZE))
+        .map(|tokens| Chain::of_tokens(tokens))
         .collect();
     let mut rng = Rng::seeded(7);
     for _ in 0..chains.len() {
         let fresh: Vec<u32> = (0..PROMPT_TOKENS)
             .map(|_| rng.below(128_000) as u32)
             .collect();
-        chains.push(sequence_hashes_for_tokens(&fresh, BLOCK_SIZE));
+        chains.push(Chain::of_tokens(&fresh));
     }
     let mut next_id = workload.next_event_id.clone();
     let mut group = c.benchmark_group("event_ingest");
@@ -62,33 +65,23 @@ fn bench_ingest(c: &mut Criterion) {
                     // before its removal (id n + 1) even though all stores run first.
                     for (w, event_id) in next_id.iter_mut().enumerate() {
                         let chain = &chains[rng.below(chains.len() as u64) as usize];
-                        let start = rng.below((chain.len() - blocks_per_event) as u64) as usize;
-                        let window = &chain[start..start + blocks_per_event];
+                        let last_start = chain.seq.len() - blocks_per_event;
+                        let held = router.cached_prefix(worker(w as u64), &chain.seq);
+                        // Extend at the worker's frontier, so the stored blocks are new to it.
+                        let start = held.min(last_start);
+                        let window = start..start + blocks_per_event;
                         // Blocks this worker already holds stay held: only its new ones are
                         // removed again, so the warm state is kept.
-                        let new: Vec<u64> = window
-                            .iter()
-                            .filter(|seq| router.cached_prefix(worker(w as u64), &[**seq]) == 0)
-                            .map(|seq| engine_of(*seq))
+                        let new: Vec<EngineBlockHash> = window
+                            .clone()
+                            .filter(|i| *i >= held)
+                            .map(|i| engine_of(chain.seq[i]))
                             .collect();
-                        stores.push(KvEvent::new(
-                            worker(w as u64),
-                            *event_id,
-                            KvEventData::Stored {
-                                parent_hash: start.checked_sub(1).map(|p| engine_of(chain[p])),
-                                blocks: window
-                                    .iter()
-                                    .map(|seq| StoredBlock {
-                                        block_hash: engine_of(*seq),
-                                        tokens_hash: *seq,
-                                    })
-                                    .collect(),
-                            },
-                        ));
-                        removes.push(KvEvent::new(
+                        stores.push(chain.stored(worker(w as u64), *event_id, window));
+                        removes.push(RouterEvent::new(
                             worker(w as u64),
                             *event_id + 1,
-                            KvEventData::Removed { block_hashes: new },
+                            KvCacheEventData::removed(new),
                         ));
                         *event_id += 2;
                     }

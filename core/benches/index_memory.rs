@@ -5,7 +5,9 @@
 
 mod workload;
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData, KvIndex, StoredBlock};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, KvIndex, LocalBlockHash, RouterEvent, SequenceHash,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use workload::*;
@@ -39,18 +41,28 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Chains of `blocks` pseudo-random sequence hashes.
-fn chains(count: usize, blocks: usize, rng: &mut Rng) -> Vec<Vec<u64>> {
+/// Chains of `blocks` pseudo-random local hashes.
+fn chains(count: usize, blocks: usize, rng: &mut Rng) -> Vec<Chain> {
     (0..count)
-        .map(|_| (0..blocks).map(|_| rng.next()).collect())
+        .map(|_| Chain::of_local((0..blocks).map(|_| LocalBlockHash(rng.next())).collect()))
         .collect()
+}
+
+/// The engine id worker `w` reports for the block with sequence hash `seq`.
+fn engine_id(seq: SequenceHash, w: usize, per_worker_engine_ids: bool) -> EngineBlockHash {
+    let shared = engine_of(seq);
+    if per_worker_engine_ids {
+        EngineBlockHash(shared.0 ^ (w as u64).wrapping_mul(0x9E37_79B9))
+    } else {
+        shared
+    }
 }
 
 /// Builds an index where worker `w` stores, for each `(chain, depth)` of `plan[w]`, the chain's
 /// first `depth` blocks, and returns (bytes, memberships, distinct blocks).
 fn measure(
     plan: &[Vec<(usize, usize)>],
-    chains: &[Vec<u64>],
+    chains: &[Chain],
     per_worker_engine_ids: bool,
 ) -> (usize, usize, usize) {
     let before = LIVE.load(Ordering::Relaxed);
@@ -61,25 +73,22 @@ fn measure(
     for (w, items) in plan.iter().enumerate() {
         let mut event_id = 0;
         for &(chain, depth) in items {
-            for chunk in chains[chain][..depth].chunks(32) {
-                let blocks = chunk
-                    .iter()
-                    .map(|seq| StoredBlock {
-                        block_hash: if per_worker_engine_ids {
-                            engine_of(*seq) ^ (w as u64).wrapping_mul(0x9E37_79B9)
-                        } else {
-                            engine_of(*seq)
-                        },
-                        tokens_hash: *seq,
-                    })
-                    .collect();
-                let event = KvEvent::new(
+            let chain = &chains[chain];
+            for start in (0..depth).step_by(32) {
+                let end = (start + 32).min(depth);
+                let parent = start
+                    .checked_sub(1)
+                    .map(|p| engine_id(chain.seq[p], w, per_worker_engine_ids));
+                let blocks = (start..end).map(|i| {
+                    (
+                        engine_id(chain.seq[i], w, per_worker_engine_ids),
+                        chain.local[i],
+                    )
+                });
+                let event = RouterEvent::new(
                     worker(w as u64),
                     event_id,
-                    KvEventData::Stored {
-                        parent_hash: None,
-                        blocks,
-                    },
+                    KvCacheEventData::stored(parent, blocks),
                 );
                 event_id += 1;
                 let _ = index.apply(&event);

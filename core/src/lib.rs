@@ -25,6 +25,7 @@
 //! [`router::setup`] types it hands to the router. The crates above this one (the catalog, the
 //! replay, the CLI) use only its public API.
 
+pub mod block_identity;
 pub mod config;
 pub mod kv;
 pub mod metrics;

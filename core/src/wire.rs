@@ -74,7 +74,30 @@ impl NumberedAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block_identity::EngineBlockHash;
+    use crate::plugins::KvCopy;
+    use crate::router::WorkerId;
     use serde_json::json;
+
+    #[test]
+    fn a_committed_copy_is_upstreams_kv_hint_byte_for_byte() {
+        // Upstream `KvHint::new("req-7", vec![KvHintAction::fetch("a1",
+        // KvSourceLocationsPayload { source_control_endpoint, block_hashes })])` serialised with
+        // `serde_json::to_string`: struct fields in declaration order, the payload a BTreeMap
+        // (keys sorted), block hashes root-aligned from block 0.
+        let copy = KvCopy {
+            source: WorkerId::new(7, 0),
+            source_endpoint: "tcp://10.0.0.7:23280".into(),
+            first_block: 2,
+            block_hashes: [9000, 9001, 9002, 9003].map(EngineBlockHash).to_vec(),
+        };
+        let hint = KvHint::numbered("req-7", vec![copy.fetch_payload().to_action()]);
+        assert_eq!(
+            hint.to_json(),
+            r#"{"protocol_version":"0.1","message_id":"req-7","actions":[{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{"block_hashes":[9000,9001,9002,9003],"source_control_endpoint":"tcp://10.0.0.7:23280"}}]}"#
+        );
+        assert_eq!(copy.copied_blocks(), 2..4);
+    }
 
     #[test]
     fn envelope_matches_the_reference_json() {
@@ -110,7 +133,7 @@ mod tests {
             "r",
             vec![
                 HintAction::new("vendor.custom-thing", "7.3-beta", payload.clone()),
-                HintAction::new("kv.prefetch", "1.0", json!(null)),
+                HintAction::new("kv.prefetch", "1.0", json!({})),
             ],
         );
         let json = hint.to_json();

@@ -20,7 +20,7 @@ impl HarnessPrefetch {
 
 impl HintPolicy for HarnessPrefetch {
     fn build_hints(&self, context: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError> {
-        let blocks = context.block_hashes().len().min(self.config.max_blocks);
+        let blocks = context.sequence_hashes().len().min(self.config.max_blocks);
         Ok(vec![HintAction::new(
             "kv.prefetch",
             "1.0",

@@ -3,11 +3,13 @@
 
 mod router_fixtures;
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{
+    KvCacheEventData, RouterEvent, SequenceHash, sequence_hashes_for_tokens,
+};
 use dynamo_kv_router::plugins::WorkerLoad;
 use dynamo_kv_router::router::{Role, Router, RouterMode, RouterOptions};
 use router_fixtures::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -43,12 +45,10 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
                 let prompt = &prompts[round % prompts.len()];
                 let event = if round % 7 == 6 {
                     let hashes = sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
-                    KvEvent::new(
+                    RouterEvent::new(
                         worker(w as u64),
                         ids[w],
-                        KvEventData::Removed {
-                            block_hashes: hashes.iter().skip(8).map(|h| engine_of(*h)).collect(),
-                        },
+                        KvCacheEventData::removed(hashes.iter().skip(8).map(|h| engine_of(*h))),
                     )
                 } else {
                     stored(worker(w as u64), ids[w], prompt, 4 + round % 12)
@@ -76,9 +76,14 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
                         panic!("booking failed");
                     };
                     let prefill = 64 - booking.stats.cached_blocks as u64 * u64::from(BLOCK_SIZE);
-                    live.push((id, booking.worker.worker_id, prefill));
+                    live.push((
+                        id,
+                        booking.worker.worker_id,
+                        prefill,
+                        (n + t) % prompts.len(),
+                    ));
                     if n % 3 == 0 {
-                        let (id, _, _) = live.remove(0);
+                        let (id, _, _, _) = live.remove(0);
                         router.release(&id);
                     }
                     if n % 5 == 0
@@ -88,10 +93,9 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
                         entry.2 = 0;
                     }
                 }
-                for (_, worker_id, prefill) in &live {
+                for (_, worker_id, prefill, _) in &live {
                     let load = outstanding.entry(*worker_id).or_default();
                     load.active_prefill_tokens += prefill;
-                    load.active_blocks += 16;
                     load.active_requests += 1;
                 }
                 (outstanding, live)
@@ -101,15 +105,27 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
 
     let mut expected: BTreeMap<u64, WorkerLoad> = BTreeMap::new();
     let mut live_ids = Vec::new();
+    // Active blocks are the union of the live prompts' block hashes per worker.
+    let mut active: BTreeMap<u64, BTreeSet<SequenceHash>> = BTreeMap::new();
     for handle in handles {
         let (outstanding, live) = handle.join().expect("booking thread");
         for (worker_id, load) in outstanding {
             let total = expected.entry(worker_id).or_default();
             total.active_prefill_tokens += load.active_prefill_tokens;
-            total.active_blocks += load.active_blocks;
             total.active_requests += load.active_requests;
         }
-        live_ids.extend(live.into_iter().map(|(id, _, _)| id));
+        for (id, worker_id, _, prompt) in live {
+            active
+                .entry(worker_id)
+                .or_default()
+                .extend(sequence_hashes_for_tokens(&prompts[prompt], BLOCK_SIZE));
+            live_ids.push(id);
+        }
+    }
+    for (worker_id, blocks) in &active {
+        if let Some(load) = expected.get_mut(worker_id) {
+            load.active_blocks = blocks.len() as u64;
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let rounds = events.join().expect("event thread");

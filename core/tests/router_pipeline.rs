@@ -2,7 +2,7 @@
 
 mod router_fixtures;
 
-use dynamo_kv_router::kv::sequence_hashes_for_tokens;
+use dynamo_kv_router::kv::{EngineBlockHash, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::KvCopy;
 use dynamo_kv_router::router::{BookError, MAX_HINT_ACTIONS, Role, Router, RouterMode};
 use dynamo_kv_router::wire::PROTOCOL_VERSION;
@@ -98,7 +98,7 @@ fn the_committed_copy_action_survives_the_cap() {
         source: worker(2),
         source_endpoint: "tcp://10.0.0.2:23280".into(),
         first_block: 0,
-        block_hashes: vec![11, 22, 33],
+        block_hashes: [11, 22, 33].map(EngineBlockHash).to_vec(),
     };
     let router = router(
         RouterMode::Kv,
@@ -167,6 +167,49 @@ fn an_erroring_and_a_panicking_policy_drop_only_their_own_actions() {
     assert!(router.prometheus_text().contains(
         "kv_router_hint_policy_failures_total{role=\"aggregated\",policy_type=\"panicking\",name=\"panicking\",kind=\"panic\"} 1"
     ));
+}
+
+/// Returns one object payload and one that is not an object.
+struct NonObjectPayload;
+
+impl dynamo_kv_router::plugins::HintPolicy for NonObjectPayload {
+    fn build_hints(
+        &self,
+        _context: &dynamo_kv_router::plugins::HintContext<'_>,
+    ) -> Result<Vec<dynamo_kv_router::plugins::HintAction>, dynamo_kv_router::plugins::PolicyError>
+    {
+        use dynamo_kv_router::plugins::HintAction;
+        Ok(vec![
+            HintAction::new("test.ok", "1.0", serde_json::json!({})),
+            HintAction::new("test.list", "1.0", serde_json::json!([1, 2])),
+        ])
+    }
+}
+
+#[test]
+fn a_non_object_payload_is_a_policy_error() {
+    let router = agg_router(vec![
+        hint("before", Emit::new("b", 1)),
+        hint("lists", NonObjectPayload),
+        hint("after", Emit::new("a", 1)),
+    ]);
+    let booking = router
+        .book(&request("r", Role::Aggregated, tokens(8, 1)))
+        .expect("booked");
+    assert_eq!(
+        tags(&booking),
+        vec![
+            ("a1".to_owned(), "b0".to_owned()),
+            ("a2".to_owned(), "a0".to_owned())
+        ]
+    );
+    assert_eq!(booking.stats.policy_failures, 1);
+    let failures = router.metrics().hint_policy_failures;
+    let lists = failures
+        .iter()
+        .find(|f| f.name == "lists")
+        .map(|f| f.errors);
+    assert_eq!(lists, Some(1));
 }
 
 #[test]
@@ -450,7 +493,8 @@ fn only_registered_workers_are_candidates_and_overlaps_come_from_events() {
         .expect("booked");
     let hint = booking.hint.expect("fetch hint");
     let hashes = sequence_hashes_for_tokens(&prompt, BLOCK_SIZE);
-    let expected: Vec<u64> = hashes[3..6].iter().map(|h| engine_of(*h)).collect();
+    // Root-aligned: the source's engine hashes from block 0 to the end of its prefix.
+    let expected: Vec<EngineBlockHash> = hashes[..6].iter().map(|h| engine_of(*h)).collect();
     assert_eq!(
         hint.actions[0].payload["block_hashes"],
         serde_json::json!(expected)

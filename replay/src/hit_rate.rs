@@ -4,6 +4,7 @@
 
 use crate::outcome::SimulationResult;
 use crate::workload::PreparedWorkload;
+use dynamo_kv_router::kv::SequenceHash;
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -36,13 +37,13 @@ impl IdealHitRate {
     /// its whole prefix), then adds all of its blocks.
     pub fn of(workload: &PreparedWorkload) -> Self {
         let mut windows = Windows::over(workload.requests.iter().map(|r| r.arrival_us));
-        let mut cached: HashSet<u64> = HashSet::new();
+        let mut cached: HashSet<SequenceHash> = HashSet::new();
         let (mut blocks, mut reused) = (0u64, 0u64);
         for request in &workload.requests {
             let hit = request
                 .sequence_hashes
                 .iter()
-                .take_while(|hash| cached.contains(hash))
+                .take_while(|hash| cached.contains(*hash))
                 .count() as u64;
             cached.extend(request.sequence_hashes.iter().copied());
             let total = request.sequence_hashes.len() as u64;
@@ -139,7 +140,13 @@ mod tests {
             arrival_us,
             prompt_tokens: sequence_hashes.len() * 4,
             output_tokens: 1,
-            sequence_hashes: sequence_hashes.to_vec(),
+            // The ideal reads sequence hashes only; the local hashes are filler.
+            local_hashes: sequence_hashes
+                .iter()
+                .copied()
+                .map(dynamo_kv_router::kv::LocalBlockHash)
+                .collect(),
+            sequence_hashes: sequence_hashes.iter().copied().map(SequenceHash).collect(),
             session: SessionContext::default(),
         }
     }

@@ -1,7 +1,7 @@
 //! The part of the router a simulated cluster drives: registration, KV events, bookings and
 //! completions. [`Router`] implements it; tests use small stand-ins.
 
-use dynamo_kv_router::kv::KvEvent;
+use dynamo_kv_router::kv::{RouterEvent, SequenceHash};
 use dynamo_kv_router::router::{
     BookError, Booking, RouteRequest, Router, RouterError, WorkerId, WorkerInfo,
 };
@@ -11,7 +11,7 @@ pub trait RouterPort {
     /// Registers a simulated worker.
     fn register_worker(&self, info: WorkerInfo) -> Result<(), RouterError>;
     /// Delivers one KV event the worker published.
-    fn apply_event(&self, event: &KvEvent);
+    fn apply_event(&self, event: &RouterEvent);
     /// Books a request.
     fn book(&self, request: &RouteRequest) -> Result<Booking, BookError>;
     /// Reports the end of a request's prefill.
@@ -19,7 +19,7 @@ pub trait RouterPort {
     /// Reports the end of a request.
     fn release(&self, request_id: &str);
     /// How many leading blocks of `sequence_hashes` the router's view says `worker` caches.
-    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize;
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize;
 }
 
 impl RouterPort for Router {
@@ -27,7 +27,7 @@ impl RouterPort for Router {
         Router::register_worker(self, info)
     }
 
-    fn apply_event(&self, event: &KvEvent) {
+    fn apply_event(&self, event: &RouterEvent) {
         let _ = Router::apply_event(self, event);
     }
 
@@ -43,7 +43,7 @@ impl RouterPort for Router {
         Router::release(self, request_id);
     }
 
-    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize {
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         Router::cached_prefix(self, worker, sequence_hashes)
     }
 }

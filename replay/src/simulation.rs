@@ -8,17 +8,21 @@ use crate::engine_block::{engine_block_hash, sequence_hash_of};
 use crate::outcome::{BookingRecord, RequestTiming, SimulationResult, StageOutcome, WorkerUsage};
 use crate::router_port::RouterPort;
 use crate::workload::PreparedWorkload;
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData,
+    RouterEvent, SequenceHash,
+};
+use dynamo_kv_router::plugins::{KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload};
 use dynamo_kv_router::router::{
     Prompt, Role, RouteRequest, RouterError, WorkerCapabilities, WorkerId, WorkerInfo,
 };
-use dynamo_kv_router::wire::KvHint;
+use dynamo_kv_router::wire::{KvHint, NumberedAction};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
 /// The action type a simulated worker executes; every other type is counted and ignored.
-pub const KV_FETCH: &str = "kv.fetch";
+pub const KV_FETCH: &str = KV_FETCH_ACTION_TYPE;
 
 /// The source endpoint simulated worker `index` advertises.
 pub fn worker_endpoint(index: usize) -> String {
@@ -55,9 +59,11 @@ pub fn stages_for(roles: &[Role]) -> Vec<Role> {
         .collect()
 }
 
+/// A `kv.fetch` to execute: the source worker and its engine hashes, root-aligned (entry `i`
+/// names request block `i`).
 struct FetchOrder {
     source: u32,
-    block_hashes: Vec<u64>,
+    block_hashes: Vec<EngineBlockHash>,
 }
 
 struct Job {
@@ -100,7 +106,7 @@ struct Simulation<'a, R: RouterPort + ?Sized> {
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     sequence: u64,
     now: u64,
-    stored_scratch: Vec<StoredBlock>,
+    stored_scratch: Vec<KvCacheStoredBlockData>,
     removed_scratch: Vec<u64>,
     new_scratch: Vec<bool>,
     slot_scratch: Vec<u32>,
@@ -280,6 +286,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                 prompt_tokens: prepared.prompt_tokens,
             },
             session: prepared.session.clone(),
+            identity: Default::default(),
         };
         let started = Instant::now();
         let booked = self.router.book(&route);
@@ -340,7 +347,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                 record.other_actions += 1;
                 continue;
             }
-            match self.fetch_order(&action.payload) {
+            match self.fetch_order(action) {
                 Some(order) => {
                     record.fetch_actions += 1;
                     fetches.push(order);
@@ -351,18 +358,18 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         fetches
     }
 
-    fn fetch_order(&self, payload: &serde_json::Value) -> Option<FetchOrder> {
-        let endpoint = payload.get("source_control_endpoint")?.as_str()?;
-        let source = *self.endpoints.get(&endpoint_key(endpoint))?;
-        let block_hashes = payload
-            .get("block_hashes")?
-            .as_array()?
-            .iter()
-            .map(serde_json::Value::as_u64)
-            .collect::<Option<Vec<u64>>>()?;
+    /// The fetch a `kv.fetch@1.0` action asks for, read by its typed payload contract.
+    fn fetch_order(&self, action: &NumberedAction) -> Option<FetchOrder> {
+        if action.action_version != KV_FETCH_ACTION_VERSION {
+            return None;
+        }
+        let payload = KvFetchPayload::from_payload(&action.payload).ok()?;
+        let source = *self
+            .endpoints
+            .get(&endpoint_key(&payload.source_control_endpoint))?;
         Some(FetchOrder {
             source,
-            block_hashes,
+            block_hashes: payload.block_hashes,
         })
     }
 
@@ -373,7 +380,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             return;
         };
         let prepared = &self.workload.requests[job.request as usize];
-        let hashes = &prepared.sequence_hashes;
+        let hashes = SequenceHash::as_u64s(&prepared.sequence_hashes);
         let own = &self.workers[worker].cache;
         let held_at_start = own.prefix_len(hashes);
         let mut position = held_at_start;
@@ -381,27 +388,37 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let (mut fetched, mut copied, mut wasted, mut evicted) = (0usize, 0usize, 0usize, 0usize);
         for order in &job.fetches {
             let source = &self.workers[order.source as usize].cache;
-            for engine_hash in &order.block_hashes {
-                let sequence_hash = sequence_hash_of(*engine_hash);
-                let at_frontier = hashes.get(position) == Some(&sequence_hash);
+            // The payload is root-aligned: the worker skips the entries of blocks it holds and
+            // fetches only the suffix it lacks, from its frontier on.
+            let named = order.block_hashes.len().min(hashes.len());
+            while position < named {
+                let sequence_hash = sequence_hash_of(order.block_hashes[position].0);
+                if sequence_hash != hashes[position] {
+                    // Not this request's block: the payload broke the contract; what the
+                    // source still holds of the rest is copied for nothing.
+                    wasted += order.block_hashes[position..]
+                        .iter()
+                        .filter(|engine| source.contains(sequence_hash_of(engine.0)))
+                        .count();
+                    copied += wasted;
+                    break;
+                }
                 if own.contains(sequence_hash) {
-                    if at_frontier {
-                        local += 1;
-                        position += 1;
-                    }
+                    local += 1;
+                    position += 1;
                     continue;
                 }
                 if !source.contains(sequence_hash) {
-                    evicted += 1;
-                    continue;
+                    // The source evicted it: the rest of the suffix cannot be used.
+                    evicted += order.block_hashes[position..named]
+                        .iter()
+                        .filter(|engine| !own.contains(sequence_hash_of(engine.0)))
+                        .count();
+                    break;
                 }
                 copied += 1;
-                if at_frontier {
-                    fetched += 1;
-                    position += 1;
-                } else {
-                    wasted += 1;
-                }
+                fetched += 1;
+                position += 1;
             }
             // A fetch can bridge a gap to blocks the worker still holds further on.
             while position < hashes.len() && own.contains(hashes[position]) {
@@ -472,7 +489,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         for outcome in &self.result.stage_outcomes {
             let worker = &self.workers[outcome.worker as usize];
             let hashes = &self.workload.requests[outcome.request as usize].sequence_hashes;
-            if self.router.cached_prefix(worker.id, hashes) != worker.cache.prefix_len(hashes) {
+            let own = worker.cache.prefix_len(SequenceHash::as_u64s(hashes));
+            if self.router.cached_prefix(worker.id, hashes) != own {
                 invariants.router_view_mismatches_at_end += 1;
             }
         }
@@ -508,7 +526,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
     /// Makes the worker hold every block of the request, publishing one `removed` event for
     /// what it evicted, then `stored` events for the new blocks (chained to their parents).
     fn store_blocks(&mut self, worker: usize, request: usize) {
-        let hashes = &self.workload.requests[request].sequence_hashes;
+        let prepared = &self.workload.requests[request];
+        let hashes = SequenceHash::as_u64s(&prepared.sequence_hashes);
         let state = &mut self.workers[worker];
         let mut new = std::mem::take(&mut self.new_scratch);
         let mut evicted = std::mem::take(&mut self.removed_scratch);
@@ -527,16 +546,13 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let event_ns = &mut self.result.event_ns;
         let router = self.router;
         if !evicted.is_empty() {
-            for hash in evicted.iter_mut() {
-                *hash = engine_block_hash(*hash);
-            }
-            let data = KvEventData::Removed {
-                block_hashes: evicted,
-            };
-            evicted = match publish_event(router, state, events, event_ns, data) {
-                KvEventData::Removed { block_hashes } => block_hashes,
-                _ => Vec::new(),
-            };
+            let data = KvCacheEventData::Removed(KvCacheRemoveData {
+                block_hashes: evicted
+                    .iter()
+                    .map(|hash| EngineBlockHash(engine_block_hash(*hash)))
+                    .collect(),
+            });
+            publish_event(router, state, events, event_ns, data);
         }
         let mut run = std::mem::take(&mut self.stored_scratch);
         run.clear();
@@ -544,11 +560,14 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         for (index, is_new) in new.iter().enumerate() {
             if *is_new {
                 if run.is_empty() {
-                    parent = index.checked_sub(1).map(|p| engine_block_hash(hashes[p]));
+                    parent = index
+                        .checked_sub(1)
+                        .map(|p| EngineBlockHash(engine_block_hash(hashes[p])));
                 }
-                run.push(StoredBlock {
-                    block_hash: engine_block_hash(hashes[index]),
-                    tokens_hash: hashes[index],
+                run.push(KvCacheStoredBlockData {
+                    block_hash: EngineBlockHash(engine_block_hash(hashes[index])),
+                    tokens_hash: prepared.local_hashes[index],
+                    mm_extra_info: None,
                 });
             } else if !run.is_empty() {
                 run = publish_run(router, state, events, event_ns, parent, run);
@@ -585,7 +604,7 @@ fn recount_reuse(
             order
                 .block_hashes
                 .iter()
-                .map(move |engine| (sequence_hash_of(*engine), source))
+                .map(move |engine| (sequence_hash_of(engine.0), source))
         })
         .collect();
     offered.sort_unstable();
@@ -615,15 +634,16 @@ fn publish_run<R: RouterPort + ?Sized>(
     worker: &mut SimWorker,
     events: &mut u64,
     event_ns: &mut u64,
-    parent_hash: Option<u64>,
-    blocks: Vec<StoredBlock>,
-) -> Vec<StoredBlock> {
-    let data = KvEventData::Stored {
+    parent_hash: Option<EngineBlockHash>,
+    blocks: Vec<KvCacheStoredBlockData>,
+) -> Vec<KvCacheStoredBlockData> {
+    let data = KvCacheEventData::Stored(KvCacheStoreData {
         parent_hash,
+        start_position: None,
         blocks,
-    };
+    });
     let mut run = match publish_event(router, worker, events, event_ns, data) {
-        KvEventData::Stored { blocks, .. } => blocks,
+        KvCacheEventData::Stored(store) => store.blocks,
         _ => Vec::new(),
     };
     run.clear();
@@ -636,18 +656,20 @@ fn publish_event<R: RouterPort + ?Sized>(
     worker: &mut SimWorker,
     events: &mut u64,
     event_ns: &mut u64,
-    data: KvEventData,
-) -> KvEventData {
+    data: KvCacheEventData,
+) -> KvCacheEventData {
     match &data {
-        KvEventData::Stored { blocks, .. } => worker.stored_blocks += blocks.len() as u64,
-        KvEventData::Removed { block_hashes } => worker.removed_blocks += block_hashes.len() as u64,
-        KvEventData::Cleared => {}
+        KvCacheEventData::Stored(store) => worker.stored_blocks += store.blocks.len() as u64,
+        KvCacheEventData::Removed(remove) => {
+            worker.removed_blocks += remove.block_hashes.len() as u64;
+        }
+        KvCacheEventData::Cleared => {}
     }
-    let event = KvEvent::new(worker.id, worker.next_event_id, data);
+    let event = RouterEvent::new(worker.id, worker.next_event_id, data);
     worker.next_event_id += 1;
     *events += 1;
     let started = Instant::now();
     router.apply_event(&event);
     *event_ns += started.elapsed().as_nanos() as u64;
-    event.data
+    event.event.data
 }

@@ -1,5 +1,6 @@
 //! A workload: the requests a replay sends, in arrival order, as per-block ids.
 
+use dynamo_kv_router::kv::{LocalBlockHash, SequenceHash};
 use dynamo_kv_router::plugins::SessionContext;
 
 /// One request of a workload.
@@ -58,8 +59,11 @@ pub struct PreparedRequest {
     pub prompt_tokens: usize,
     /// Tokens to generate.
     pub output_tokens: usize,
-    /// The sequence hash of each full block.
-    pub sequence_hashes: Vec<u64>,
+    /// The local hash of each full block (the trace's block ids, as given): what the simulated
+    /// workers' `stored` events carry as `tokens_hash`.
+    pub local_hashes: Vec<LocalBlockHash>,
+    /// The sequence hash of each full block: the local hashes chained.
+    pub sequence_hashes: Vec<SequenceHash>,
     /// The caller's session context.
     pub session: SessionContext,
 }
@@ -88,6 +92,7 @@ impl Workload {
                     arrival_us: request.arrival_us,
                     prompt_tokens: request.prompt_tokens,
                     output_tokens: request.output_tokens,
+                    local_hashes: LocalBlockHash::from_u64s(&request.block_ids).to_vec(),
                     sequence_hashes: dynamo_kv_router::kv::sequence_hashes_from_block_ids(
                         &request.block_ids,
                     ),

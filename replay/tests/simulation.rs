@@ -2,7 +2,9 @@
 //! independent records, KV events, fetch execution, eviction accounting, the router-view
 //! figure, determinism.
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData};
+use dynamo_kv_router::kv::{
+    KvCacheEventData, LocalBlockHash, RouterEvent, SequenceHash, next_sequence_hash,
+};
 use dynamo_kv_router::plugins::HintAction;
 use dynamo_kv_router::router::{
     BookError, Booking, BookingStats, Prompt, Role, RouteRequest, RouterError, WorkerId, WorkerInfo,
@@ -27,7 +29,7 @@ type Decide = Box<dyn Fn(&State, &RouteRequest) -> Decision>;
 #[derive(Default)]
 struct State {
     workers: Vec<WorkerInfo>,
-    events: Vec<KvEvent>,
+    events: Vec<RouterEvent>,
     /// The router's view, from events: per worker, the sequence hashes it holds.
     view: HashMap<WorkerId, HashMap<u64, u64>>,
     bookings: usize,
@@ -69,7 +71,7 @@ fn hashes(request: &RouteRequest) -> &[u64] {
     match &request.prompt {
         Prompt::Blocks {
             sequence_hashes, ..
-        } => sequence_hashes,
+        } => SequenceHash::as_u64s(sequence_hashes),
         Prompt::Tokens(_) => &[],
     }
 }
@@ -91,7 +93,7 @@ fn round_robin_with_fetch(state: &State, request: &RouteRequest) -> Decision {
         .max_by_key(|w| (prefix(*w), std::cmp::Reverse(*w)));
     let fetch = best
         .filter(|w| prefix(*w) > own)
-        .map(|w| (w, blocks[own..prefix(w)].to_vec()));
+        .map(|w| (w, blocks[..prefix(w)].to_vec()));
     (booked, fetch)
 }
 
@@ -101,21 +103,26 @@ impl RouterPort for StandIn {
         Ok(())
     }
 
-    fn apply_event(&self, event: &KvEvent) {
+    fn apply_event(&self, event: &RouterEvent) {
         let mut state = self.state.borrow_mut();
-        let view = state.view.entry(event.worker).or_default();
-        match &event.data {
-            KvEventData::Stored { blocks, .. } => {
-                for block in blocks {
-                    view.insert(block.tokens_hash, block.block_hash);
+        let view = state.view.entry(event.worker()).or_default();
+        match &event.event.data {
+            KvCacheEventData::Stored(store) => {
+                let mut parent = store
+                    .parent_hash
+                    .map(|p| SequenceHash(sequence_hash_of(p.0)));
+                for block in &store.blocks {
+                    let seq = next_sequence_hash(parent, block.tokens_hash);
+                    view.insert(seq.0, block.block_hash.0);
+                    parent = Some(seq);
                 }
             }
-            KvEventData::Removed { block_hashes } => {
-                for hash in block_hashes {
-                    view.remove(&sequence_hash_of(*hash));
+            KvCacheEventData::Removed(remove) => {
+                for hash in &remove.block_hashes {
+                    view.remove(&sequence_hash_of(hash.0));
                 }
             }
-            KvEventData::Cleared => view.clear(),
+            KvCacheEventData::Cleared => view.clear(),
         }
         state.events.push(event.clone());
     }
@@ -170,9 +177,9 @@ impl RouterPort for StandIn {
         self.state.borrow_mut().released.push(request_id.to_owned());
     }
 
-    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize {
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         let state = self.state.borrow();
-        let prefix = state.view_prefix(worker, sequence_hashes);
+        let prefix = state.view_prefix(worker, SequenceHash::as_u64s(sequence_hashes));
         (prefix + state.view_error).min(sequence_hashes.len())
     }
 }
@@ -248,38 +255,48 @@ fn kv_events_are_consistent_numbered_and_chained() {
     let mut next_id: HashMap<WorkerId, u64> = HashMap::new();
     let mut held: HashMap<WorkerId, HashSet<u64>> = HashMap::new();
     let (mut stored, mut removed) = (0, 0);
+    let locals: HashSet<LocalBlockHash> = workload
+        .requests
+        .iter()
+        .flat_map(|r| r.local_hashes.iter().copied())
+        .collect();
     for event in &state.events {
-        let expected = next_id.entry(event.worker).or_insert(0);
+        let expected = next_id.entry(event.worker()).or_insert(0);
         assert_eq!(
-            event.event_id, *expected,
+            event.event_id(),
+            *expected,
             "event ids are per worker and gap-free"
         );
         *expected += 1;
-        let blocks = held.entry(event.worker).or_default();
-        match &event.data {
-            KvEventData::Stored {
-                parent_hash,
-                blocks: new,
-            } => {
-                if let Some(parent) = parent_hash {
-                    assert!(blocks.contains(parent), "a parent is a held block");
+        let blocks = held.entry(event.worker()).or_default();
+        match &event.event.data {
+            KvCacheEventData::Stored(store) => {
+                let mut parent = None;
+                if let Some(engine) = store.parent_hash {
+                    assert!(blocks.contains(&engine.0), "a parent is a held block");
+                    parent = Some(SequenceHash(sequence_hash_of(engine.0)));
                 }
-                for block in new {
-                    assert_eq!(sequence_hash_of(block.block_hash), block.tokens_hash);
+                for block in &store.blocks {
+                    // `tokens_hash` is the block's local hash; chained onto the parent it
+                    // gives the block's sequence hash, which the engine id encodes.
+                    assert!(locals.contains(&block.tokens_hash), "a local hash");
+                    let seq = next_sequence_hash(parent, block.tokens_hash);
+                    assert_eq!(sequence_hash_of(block.block_hash.0), seq.0);
+                    parent = Some(seq);
                     assert!(
-                        blocks.insert(block.block_hash),
+                        blocks.insert(block.block_hash.0),
                         "stored twice without removal"
                     );
                     stored += 1;
                 }
             }
-            KvEventData::Removed { block_hashes } => {
-                for hash in block_hashes {
-                    assert!(blocks.remove(hash), "removed a block that was not held");
+            KvCacheEventData::Removed(remove) => {
+                for hash in &remove.block_hashes {
+                    assert!(blocks.remove(&hash.0), "removed a block that was not held");
                     removed += 1;
                 }
             }
-            KvEventData::Cleared => panic!("the simulation never clears"),
+            KvCacheEventData::Cleared => panic!("the simulation never clears"),
         }
         assert!(blocks.len() <= 1_500, "capacity respected");
     }
@@ -311,7 +328,7 @@ fn fetching_blocks_the_source_evicted_is_counted_and_recomputed() {
         ],
     }
     .prepare();
-    let first = workload.requests[0].sequence_hashes.clone();
+    let first = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes).to_vec();
     let router = StandIn::new(move |state, _request| match state.bookings {
         0 | 1 => (0, None),
         _ => (1, Some((0, first.clone()))),
@@ -339,7 +356,7 @@ fn a_fetch_from_a_holding_peer_copies_and_costs_fetch_time() {
         requests: vec![request(0, 0..40), request(10_000_000, 0..48)],
     }
     .prepare();
-    let first = workload.requests[0].sequence_hashes.clone();
+    let first = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes).to_vec();
     let router = StandIn::new(move |state, _request| match state.bookings {
         0 => (0, None),
         _ => (1, Some((0, first.clone()))),
@@ -377,6 +394,76 @@ fn a_fetch_from_a_holding_peer_copies_and_costs_fetch_time() {
         (1, 0, 0, 48)
     );
     assert_eq!(second.done_us - second.start_us, 76_800);
+}
+
+#[test]
+fn a_root_aligned_fetch_copies_only_the_suffix_the_worker_lacks() {
+    // r0 puts blocks 0..8 on worker 0, r1 blocks 0..4 on worker 1; r2 (blocks 0..10) goes to
+    // worker 1 with a fetch naming worker 0's blocks 0..8 from the root.
+    let workload = Workload {
+        name: "suffix".into(),
+        block_size: 16,
+        requests: vec![
+            request(0, 0..8),
+            request(1_000_000, 0..4),
+            request(2_000_000, 0..10),
+        ],
+    }
+    .prepare();
+    let first = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes).to_vec();
+    let router = StandIn::new(move |state, _request| match state.bookings {
+        0 => (0, None),
+        1 => (1, None),
+        _ => (1, Some((0, first.clone()))),
+    });
+    let cluster = ClusterConfig {
+        workers_per_role: 2,
+        ..ClusterConfig::default()
+    };
+    let result = run(&router, &workload, cluster, &[Role::Aggregated]);
+    let last = result
+        .stage_outcomes
+        .iter()
+        .find(|o| o.request == 2)
+        .unwrap();
+    assert_eq!(
+        (last.local, last.fetched, last.recomputed, last.fetch_wasted),
+        (4, 4, 2, 0)
+    );
+    // 4 blocks at 2,500 blocks/s + 2 ms latency, then 2 blocks (32 tokens) at 10,000 tokens/s.
+    assert_eq!(last.done_us - last.start_us, 1_600 + 2_000 + 3_200);
+}
+
+#[test]
+fn a_payload_that_is_not_root_aligned_is_wasted() {
+    // The fetch names worker 0's blocks from block 1, not from the root: entry 0 is not the
+    // request's block 0, so nothing of it is usable.
+    let workload = Workload {
+        name: "misaligned".into(),
+        block_size: 16,
+        requests: vec![request(0, 0..8), request(1_000_000, 0..8)],
+    }
+    .prepare();
+    let suffix = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes)[1..].to_vec();
+    let router = StandIn::new(move |state, _request| match state.bookings {
+        0 => (0, None),
+        _ => (1, Some((0, suffix.clone()))),
+    });
+    let cluster = ClusterConfig {
+        workers_per_role: 2,
+        ..ClusterConfig::default()
+    };
+    let result = run(&router, &workload, cluster, &[Role::Aggregated]);
+    let second = result.stage_outcomes[1];
+    assert_eq!(
+        (
+            second.local,
+            second.fetched,
+            second.recomputed,
+            second.fetch_wasted
+        ),
+        (0, 0, 8, 7)
+    );
 }
 
 #[test]
@@ -446,13 +533,13 @@ fn failed_bookings_are_counted_and_the_replay_goes_on() {
         fn register_worker(&self, _: WorkerInfo) -> Result<(), RouterError> {
             Ok(())
         }
-        fn apply_event(&self, _: &KvEvent) {}
+        fn apply_event(&self, _: &RouterEvent) {}
         fn book(&self, request: &RouteRequest) -> Result<Booking, BookError> {
             Err(BookError::NoRoleConfig { role: request.role })
         }
         fn prefill_complete(&self, _: &str) {}
         fn release(&self, _: &str) {}
-        fn cached_prefix(&self, _: WorkerId, _: &[u64]) -> usize {
+        fn cached_prefix(&self, _: WorkerId, _: &[SequenceHash]) -> usize {
             0
         }
     }

@@ -86,14 +86,15 @@ fn committing_kvcr_without_a_hints_key_runs_kv_fetch_by_default() {
         .register_worker(hinting(2, Role::Decode))
         .expect("a new worker");
     let chat = prompt(0, 10);
-    apply(&router, &stored(1, 1, &chat, 8));
+    apply(&router, &stored(1, 0, &chat, 8));
 
     // Without credit: w1 2 + 20 = 22, w2 10 → w2 either way, so kvcr commits nothing and the
     // default kv_fetch sends a best-effort fetch of w1's 8 blocks.
     let booking = book(&router, "req-1", Role::Decode, chat.clone(), None);
     assert_eq!(booking.worker, worker(2));
     assert_eq!(booking.committed_kv_copy, None);
-    let fetched: Vec<u64> = (0..8).map(|index| engine_hash(1, index)).collect();
+    let fetched: Vec<dynamo_kv_router::kv::EngineBlockHash> =
+        (0..8).map(|index| engine_hash(1, index)).collect();
     let expected = format!(
         r#"{{"protocol_version":"0.1","message_id":"req-1","actions":[{{"action_id":"a1","action_type":"kv.fetch","action_version":"1.0","payload":{{"block_hashes":{},"source_control_endpoint":"tcp://10.0.0.1:23280"}}}}]}}"#,
         json_list(&fetched)
@@ -108,10 +109,10 @@ fn committing_kvcr_without_a_hints_key_runs_kv_fetch_by_default() {
         .register_worker(hinting(3, Role::Decode))
         .expect("a new worker");
     let cached = prompt(10_000, 3);
-    apply(&router, &stored(3, 1, &cached, 3));
+    apply(&router, &stored(3, 0, &cached, 3));
     let warm = book(&router, "warm-3", Role::Decode, cached, None);
     assert_eq!((warm.worker, warm.hint), (worker(3), None));
-    apply(&router, &stored(3, 2, &chat, 4));
+    apply(&router, &stored(3, 1, &chat, 4));
     let booking = book(&router, "req-2", Role::Decode, chat, None);
     assert_eq!(booking.worker, worker(2));
     let copy = booking

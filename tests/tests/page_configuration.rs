@@ -4,6 +4,7 @@
 
 mod support;
 
+use dynamo_kv_router::kv::EngineBlockHash;
 use dynamo_kv_router::plugins::KvCopy;
 use dynamo_kv_router::router::{HintOrigin, Role, Router, WorkerCapabilities, WorkerInfo};
 use dynamo_router_catalog as _;
@@ -74,9 +75,9 @@ fn the_pages_configuration_prefetches_the_session_on_hint_workers_only() {
     register_cluster(&router, &[1, 2, 3, 4, 5]);
     let chat = prompt(0, 10);
     let other = prompt(50_000, 4);
-    apply(&router, &stored(1, 1, &chat, 8));
-    apply(&router, &stored(3, 1, &other, 4));
-    apply(&router, &stored(5, 1, &chat, 10));
+    apply(&router, &stored(1, 0, &chat, 8));
+    apply(&router, &stored(3, 0, &other, 4));
+    apply(&router, &stored(5, 0, &chat, 10));
 
     // Costs (10 blocks): w1 10 - 8 = 2, w2 10, w3 10 → w1, which lacks blocks 8 and 9. Only
     // harness_prefetch runs: the page lists no kv_fetch, though no peer could serve them anyway.
@@ -149,9 +150,9 @@ fn kvcr_on_decode_sends_the_committed_copy_then_the_prefetch() {
     register_cluster(&router, &[2, 4, 5]);
 
     let chat = prompt(0, 10);
-    apply(&router, &stored(1, 1, &chat, 8));
-    apply(&router, &stored(3, 1, &chat, 4));
-    apply(&router, &stored(4, 1, &chat, 6));
+    apply(&router, &stored(1, 0, &chat, 8));
+    apply(&router, &stored(3, 0, &chat, 4));
+    apply(&router, &stored(4, 0, &chat, 6));
 
     // Without credit: w1 2 + 20 = 22, w2 10, w3 6 + 3 = 9 → w3. With half credit for w1's
     // blocks: w2 10 - 4 = 6, w3 10 - 4 - 2 + 3 = 7 → w2, because of the copy from w1.
@@ -163,7 +164,7 @@ fn kvcr_on_decode_sends_the_committed_copy_then_the_prefetch() {
         Some("chat-42"),
     );
     assert_eq!(booking.worker, worker(2));
-    let fetched: Vec<u64> = (0..8).map(|index| engine_hash(1, index)).collect();
+    let fetched: Vec<EngineBlockHash> = (0..8).map(|index| engine_hash(1, index)).collect();
     assert_eq!(
         booking.committed_kv_copy,
         Some(KvCopy {
@@ -194,7 +195,7 @@ fn kvcr_on_decode_sends_the_committed_copy_then_the_prefetch() {
     // 10 of its 12 blocks and no peer holds more, so kv_fetch has nothing to add and the
     // prefetch is the only action, numbered a1.
     router.release("req-1");
-    apply(&router, &stored(2, 1, &chat, 10));
+    apply(&router, &stored(2, 0, &chat, 10));
     let turn = prompt(0, 12);
     let booking = book(
         &router,
@@ -219,7 +220,7 @@ fn kvcr_on_decode_sends_the_committed_copy_then_the_prefetch() {
     // A request w3 caches whole goes to w3, which advertises no router_hint: no hint, although
     // a committing policy and two hint policies are configured.
     let other = prompt(50_000, 4);
-    apply(&router, &stored(3, 2, &other, 4));
+    apply(&router, &stored(3, 1, &other, 4));
     let booking = book(&router, "req-3", Role::Decode, other, Some("chat-7"));
     assert_eq!(booking.worker, worker(3));
     assert_eq!(booking.hint, None);

@@ -1,7 +1,7 @@
 //! The README's "Use the router in a program" walk-through, compiled and run as written.
 
 use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{EngineBlockHash, KvCacheEventData, RouterEvent, block_hashes};
 use dynamo_kv_router::plugins::{PolicyRegistry, SessionContext};
 use dynamo_kv_router::router::{
     Prompt, Role, RouteRequest, Router, RouterOptions, WorkerCapabilities, WorkerId, WorkerInfo,
@@ -34,22 +34,15 @@ fn walkthrough() -> Result<String, Box<dyn std::error::Error>> {
         router.register_worker(info)?;
     }
 
-    // Worker 1 reports, through a KV event, that it holds the prompt's 4 blocks.
+    // Worker 1 reports, through a KV event, that it holds the prompt's 4 blocks: each named by
+    // the engine's own id and carrying its local hash (its own tokens only, not chained).
     let tokens: Vec<u32> = (0..64).collect();
-    let hashes = sequence_hashes_for_tokens(&tokens, 16);
-    let blocks = hashes
-        .iter()
+    let blocks = block_hashes(&tokens, 16)
+        .into_iter()
         .enumerate()
-        .map(|(i, &tokens_hash)| StoredBlock {
-            block_hash: 100 + i as u64,
-            tokens_hash,
-        })
-        .collect();
-    let stored = KvEventData::Stored {
-        parent_hash: None,
-        blocks,
-    };
-    router.apply_event(&KvEvent::new(WorkerId::new(1, 0), 0, stored));
+        .map(|(i, local)| (EngineBlockHash(100 + i as u64), local));
+    let stored = KvCacheEventData::stored(None, blocks);
+    router.apply_event(&RouterEvent::new(WorkerId::new(1, 0), 0, stored));
 
     // Book a request, pass the hint (if any) to the booked worker, release when done.
     let request = RouteRequest::new("req-1", Role::Aggregated, Prompt::Tokens(tokens))
@@ -71,6 +64,23 @@ fn walkthrough() -> Result<String, Box<dyn std::error::Error>> {
 fn the_readme_walkthrough_books_the_worker_that_holds_the_prompt() {
     let summary = walkthrough().unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(summary, "booked 1:0 (cached 4 of 4 blocks), hint: none");
+}
+
+#[test]
+fn the_readme_salted_request_hashes_apart_from_the_plain_one() {
+    use dynamo_kv_router::kv::RequestIdentity;
+
+    let request = RouteRequest::new("req-1", Role::Decode, Prompt::Tokens(vec![1, 2, 3, 4]))
+        .with_identity(
+            RequestIdentity::plain()
+                .with_lora("my-lora")
+                .with_cache_namespace("tenant-a"),
+        );
+    let tokens: Vec<u32> = (1..=12).collect();
+    let salted = dynamo_kv_router::kv::sequence_hashes_for_request(&tokens, 4, &request.identity);
+    let plain = dynamo_kv_router::kv::sequence_hashes_for_tokens(&tokens, 4);
+    assert_eq!(salted.len(), plain.len());
+    assert!(salted.iter().zip(&plain).all(|(a, b)| a != b));
 }
 
 /// The README's block is this file's walk-through, word for word (the doc test of the README

@@ -6,7 +6,10 @@
 //! sections; the timed sections are the engine's apply and find calls.
 
 use crate::workload::{Change, Event, Query, Workload, engine_id};
-use ours::kv::{KvEvent, KvEventData, KvIndex, StoredBlock, sequence_hashes_iter};
+use ours::kv::{
+    EngineBlockHash as OurEngineHash, KvCacheEventData as OurEventData, KvIndex,
+    LocalBlockHash as OurLocalHash, RouterEvent as OurEvent, SequenceHash, sequence_hashes_iter,
+};
 use ours::router::WorkerId;
 use rustc_hash::FxHashMap;
 use upstream::indexer::positional::LevelIndex;
@@ -54,7 +57,7 @@ pub struct Ours {
     workers: Vec<WorkerId>,
     block_size: u32,
     lengths: Vec<usize>,
-    hashes: Vec<u64>,
+    hashes: Vec<SequenceHash>,
 }
 
 impl Ours {
@@ -76,24 +79,20 @@ impl Ours {
     }
 }
 
-/// `event` as this project's KV event.
-pub fn our_event(event: &Event) -> KvEvent {
+/// `event` as this project's KV event (upstream's form: local hashes chained by parent).
+pub fn our_event(event: &Event) -> OurEvent {
     let data = match &event.change {
-        Change::Stored { parent, blocks } => KvEventData::Stored {
-            parent_hash: parent.map(engine_id),
-            blocks: blocks
+        Change::Stored { parent, blocks } => OurEventData::stored(
+            parent.map(|p| OurEngineHash(engine_id(p))),
+            blocks
                 .iter()
-                .map(|b| StoredBlock {
-                    block_hash: engine_id(b.seq),
-                    tokens_hash: b.seq,
-                })
-                .collect(),
-        },
-        Change::Removed { seqs } => KvEventData::Removed {
-            block_hashes: seqs.iter().copied().map(engine_id).collect(),
-        },
+                .map(|b| (OurEngineHash(engine_id(b.seq)), OurLocalHash(b.local))),
+        ),
+        Change::Removed { seqs } => {
+            OurEventData::removed(seqs.iter().map(|s| OurEngineHash(engine_id(*s))))
+        }
     };
-    KvEvent::new(
+    OurEvent::new(
         WorkerId::new(WORKER_BASE + u64::from(event.worker), 0),
         event.event_id,
         data,
@@ -101,27 +100,27 @@ pub fn our_event(event: &Event) -> KvEvent {
 }
 
 impl Engine for Ours {
-    type Event = KvEvent;
-    type Hashes = Vec<u64>;
+    type Event = OurEvent;
+    type Hashes = Vec<SequenceHash>;
     type Answer = ();
 
     fn name(&self) -> &'static str {
         "ours KvIndex"
     }
 
-    fn convert(&self, event: &Event) -> KvEvent {
+    fn convert(&self, event: &Event) -> OurEvent {
         our_event(event)
     }
 
-    fn apply(&mut self, event: KvEvent) {
+    fn apply(&mut self, event: OurEvent) {
         let _ = self.index.apply(&event);
     }
 
-    fn hashes(&self, query: &Query) -> Vec<u64> {
-        query.seq.clone()
+    fn hashes(&self, query: &Query) -> Vec<SequenceHash> {
+        query.seq.iter().copied().map(SequenceHash).collect()
     }
 
-    fn find(&mut self, hashes: Vec<u64>) {
+    fn find(&mut self, hashes: Vec<SequenceHash>) {
         self.index
             .prefix_lengths(&hashes, &self.workers, &mut self.lengths);
     }

@@ -67,7 +67,10 @@ pub fn build(
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (now, ids) in requests.iter().enumerate() {
         progress.inc(1);
-        let seq = sequence_hashes_from_block_ids(ids);
+        let seq: Vec<u64> = sequence_hashes_from_block_ids(ids)
+            .into_iter()
+            .map(|hash| hash.0)
+            .collect();
         let depths = oracle.depths(workers, &seq);
         let worker = (0..workers)
             .max_by_key(|w| {

@@ -51,7 +51,10 @@ fn blocks_of(tokens: &[u32]) -> Vec<Block> {
     local
         .into_iter()
         .zip(seq)
-        .map(|(local, seq)| Block { local, seq })
+        .map(|(local, seq)| Block {
+            local: local.0,
+            seq: seq.0,
+        })
         .collect()
 }
 

@@ -1,7 +1,10 @@
 //! A deterministic workload for the benches: 64 workers caching long shared-prefix contexts.
 #![allow(dead_code)]
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, LocalBlockHash, RouterEvent, SequenceHash, block_hashes,
+    sequence_hashes,
+};
 use dynamo_kv_router::rng::SplitMix64;
 use dynamo_kv_router::router::WorkerId;
 
@@ -38,8 +41,41 @@ pub fn worker(n: u64) -> WorkerId {
 }
 
 /// The engine's id for a block: differs from the sequence hash, agrees across workers.
-pub fn engine_of(seq: u64) -> u64 {
-    seq.rotate_left(21) ^ 0x5bd1_e995
+pub fn engine_of(seq: SequenceHash) -> EngineBlockHash {
+    EngineBlockHash(seq.0.rotate_left(21) ^ 0x5bd1_e995)
+}
+
+/// A chain of blocks: each block's local hash and sequence hash.
+pub struct Chain {
+    pub local: Vec<LocalBlockHash>,
+    pub seq: Vec<SequenceHash>,
+}
+
+impl Chain {
+    /// The chain of `tokens`.
+    pub fn of_tokens(tokens: &[u32]) -> Self {
+        Self::of_local(block_hashes(tokens, BLOCK_SIZE))
+    }
+
+    /// The chain of these local hashes.
+    pub fn of_local(local: Vec<LocalBlockHash>) -> Self {
+        let seq = sequence_hashes(&local);
+        Self { local, seq }
+    }
+
+    /// A `stored` event of `worker` for blocks `range` of the chain, chained to the block before.
+    pub fn stored(
+        &self,
+        worker: WorkerId,
+        event_id: u64,
+        range: std::ops::Range<usize>,
+    ) -> RouterEvent {
+        let parent = range.start.checked_sub(1).map(|p| engine_of(self.seq[p]));
+        let blocks = range
+            .clone()
+            .map(|i| (engine_of(self.seq[i]), self.local[i]));
+        RouterEvent::new(worker, event_id, KvCacheEventData::stored(parent, blocks))
+    }
 }
 
 fn random_tokens(rng: &mut Rng, n: usize) -> Vec<u32> {
@@ -50,7 +86,7 @@ pub struct Workload {
     /// Every context's 8,192 tokens.
     pub contexts: Vec<Vec<u32>>,
     /// `stored` events that warm the index: each worker's cached contexts, to random depths.
-    pub warm_events: Vec<KvEvent>,
+    pub warm_events: Vec<RouterEvent>,
     /// Next event id per worker after the warm events.
     pub next_event_id: Vec<u64>,
     /// Requests: a context's prefix (50–100 %) and a fresh suffix, 8,192 tokens in all.
@@ -69,9 +105,9 @@ pub fn build() -> Workload {
             tokens
         })
         .collect();
-    let hashes: Vec<Vec<u64>> = contexts
+    let chains: Vec<Chain> = contexts
         .iter()
-        .map(|tokens| sequence_hashes_for_tokens(tokens, BLOCK_SIZE))
+        .map(|tokens| Chain::of_tokens(tokens))
         .collect();
     let blocks = PROMPT_TOKENS / BLOCK_SIZE as usize;
     let mut warm_events = Vec::new();
@@ -83,22 +119,10 @@ pub fn build() -> Workload {
             // Engines report stored blocks in batches as prefill proceeds.
             for chunk_start in (0..depth).step_by(32) {
                 let chunk_end = (chunk_start + 32).min(depth);
-                let parent_hash = chunk_start
-                    .checked_sub(1)
-                    .map(|p| engine_of(hashes[context][p]));
-                warm_events.push(KvEvent::new(
+                warm_events.push(chains[context].stored(
                     worker(w),
                     next_event_id[w as usize],
-                    KvEventData::Stored {
-                        parent_hash,
-                        blocks: hashes[context][chunk_start..chunk_end]
-                            .iter()
-                            .map(|seq| StoredBlock {
-                                block_hash: engine_of(*seq),
-                                tokens_hash: *seq,
-                            })
-                            .collect(),
-                    },
+                    chunk_start..chunk_end,
                 ));
                 next_event_id[w as usize] += 1;
             }

@@ -1,59 +1,164 @@
-//! The KV events a worker publishes about its cache: blocks stored, blocks removed, cache cleared.
+//! KV events as upstream NVIDIA Dynamo's `RouterEvent` writes them: which worker, which storage
+//! tier and residency domain, and the cache event itself (blocks stored, blocks removed, cache
+//! cleared), numbered by the worker's `event_id`.
+//!
+//! JSON form (one event, as upstream serialises it):
+//!
+//! ```json
+//! {"worker_id": 7, "storage_tier": "device", "residency_domain": "worker",
+//!  "event": {"event_id": 1, "dp_rank": 1,
+//!            "data": {"stored": {"parent_hash": 9001, "start_position": 2,
+//!                     "blocks": [{"block_hash": 9002, "tokens_hash": 5532946206955930018,
+//!                                 "mm_extra_info": null}]}}}}
+//! ```
+//!
+//! `data` is also `{"removed": {"block_hashes": [...]}}` or `"cleared"`. Events are a wire
+//! format that grows: fields this router does not know are ignored, not errors.
 
+use crate::block_identity::{EngineBlockHash, LocalBlockHash};
 use crate::router::worker::WorkerId;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
 
-/// One event from one worker, numbered by the worker's monotonic `event_id`.
-///
-/// JSON form: `{"worker_id": 1, "dp_rank": 0, "event_id": 7, "data": {"stored": {"parent_hash":
-/// null, "blocks": [{"block_hash": 11, "tokens_hash": 22}]}}}`; `data` may also be
-/// `{"removed": {"block_hashes": [11]}}` or `"cleared"`, and `dp_rank` defaults to 0.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "KvEventJson", into = "KvEventJson")]
-pub struct KvEvent {
-    /// The worker whose cache changed.
-    pub worker: WorkerId,
-    /// The worker's event number; consecutive events differ by one.
-    pub event_id: u64,
-    /// What changed.
-    pub data: KvEventData,
+/// One KV event of one worker (upstream `RouterEvent`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RouterEvent {
+    /// The worker process that emitted the event; its data-parallel rank is `event.dp_rank`.
+    pub worker_id: u64,
+    /// Where the blocks live; only `device` blocks are indexed.
+    #[serde(default)]
+    pub storage_tier: StorageTier,
+    /// Which lifetime owns the blocks; absent on older publishers.
+    #[serde(default, skip_serializing_if = "ResidencyDomain::is_missing")]
+    pub residency_domain: ResidencyDomain,
+    /// The cache event.
+    pub event: KvCacheEvent,
+    /// Upstream's stable state source of cache-owner events, kept as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_source: Option<serde_json::Value>,
+    /// The session that triggered the event, if the engine reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
-/// What a KV event reports.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum KvEventData {
-    /// Blocks appended after `parent_hash` (the engine block hash of the parent; absent = root).
-    Stored {
-        /// The engine block hash of the block these follow, if any.
-        #[serde(default)]
-        parent_hash: Option<u64>,
-        /// The stored blocks, in prefix order.
-        blocks: Vec<StoredBlock>,
-    },
-    /// Blocks evicted, named by their engine block hashes.
-    Removed {
-        /// The engine block hashes of the removed blocks.
-        block_hashes: Vec<u64>,
-    },
-    /// The worker dropped its whole cache (also how a worker re-synchronises after lost events).
+/// One numbered cache event (upstream `KvCacheEvent`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvCacheEvent {
+    /// The worker rank's event number; consecutive events differ by one.
+    pub event_id: u64,
+    /// What changed.
+    pub data: KvCacheEventData,
+    /// The data-parallel rank that emitted the event (0 without data parallelism).
+    #[serde(default)]
+    pub dp_rank: u32,
+}
+
+/// What a cache event reports (upstream `KvCacheEventData`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheEventData {
+    /// Blocks stored after `parent_hash`.
+    Stored(KvCacheStoreData),
+    /// Blocks evicted.
+    Removed(KvCacheRemoveData),
+    /// The rank dropped its whole cache.
     Cleared,
 }
 
-/// One stored block: the engine's id for it and the router-computable sequence hash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoredBlock {
-    /// The engine's own id for the block (what `kv.fetch` payloads name).
-    pub block_hash: u64,
-    /// The sequence hash of the block's tokens chained with its parents (what lookups match).
-    pub tokens_hash: u64,
+/// Blocks stored, in prefix order (upstream `KvCacheStoreData`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvCacheStoreData {
+    /// The engine hash of the block the first stored block follows; `None` = the root.
+    pub parent_hash: Option<EngineBlockHash>,
+    /// The position of the first stored block in its sequence, when the engine reports it.
+    pub start_position: Option<u32>,
+    /// The stored blocks.
+    pub blocks: Vec<KvCacheStoredBlockData>,
+}
+
+/// One stored block (upstream `KvCacheStoredBlockData`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvCacheStoredBlockData {
+    /// The engine's own id for the block.
+    pub block_hash: EngineBlockHash,
+    /// The block's local hash: its own tokens only, not chained (the chain comes from
+    /// `parent_hash`).
+    pub tokens_hash: LocalBlockHash,
+    /// The multimodal objects of the block (already folded into `tokens_hash`).
+    pub mm_extra_info: Option<BlockExtraInfo>,
+}
+
+/// The multimodal objects of one block (upstream `BlockExtraInfo`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockExtraInfo {
+    /// The objects referenced by the block.
+    pub mm_objects: Vec<BlockMmObjectInfo>,
+}
+
+/// One multimodal object within a block (upstream `BlockMmObjectInfo`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockMmObjectInfo {
+    /// The object's hash.
+    pub mm_hash: u64,
+    /// Token ranges `(start, end)` of the object's placeholders, relative to the block.
+    pub offsets: Vec<(usize, usize)>,
+}
+
+/// Blocks evicted (upstream `KvCacheRemoveData`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvCacheRemoveData {
+    /// The engine hashes of the removed blocks.
+    pub block_hashes: Vec<EngineBlockHash>,
+}
+
+/// The storage tier an event's blocks live in (upstream `StorageTier`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageTier {
+    /// Accelerator memory: the only tier this index holds.
+    #[default]
+    Device,
+    /// Pinned host memory.
+    HostPinned,
+    /// Local disk.
+    Disk,
+    /// Storage outside the worker.
+    External,
+}
+
+/// The lifetime that owns an event's blocks (upstream `residency_domain`), as it came over the
+/// wire: absent, one upstream knows, or one it does not support.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ResidencyDomain {
+    /// The field was absent (older publishers): the blocks belong to the worker.
+    #[default]
+    Missing,
+    /// `"worker"`: the blocks belong to the worker rank.
+    Worker,
+    /// `"cache_owner"`: the blocks belong to a persistent cache owner, not to the worker.
+    CacheOwner,
+    /// A string upstream does not know; such events are not applied.
+    Unknown(String),
+    /// Not a string (for example `null`); such events are not applied.
+    Invalid,
+}
+
+/// Where an event applies, by upstream's rules for its tier and residency domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventPlacement {
+    /// The worker's device cache: the index applies it.
+    Device,
+    /// Another tier or a cache owner: not indexed, counted.
+    OtherTier,
+    /// A residency domain upstream rejects: not applied, counted.
+    Unsupported,
 }
 
 /// A KV event that could not be read; the router counts it and changes nothing.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "malformed KV event at line {line}, column {column}: {message}; expected {{\"worker_id\", \"dp_rank\", \"event_id\", \"data\": {{\"stored\"|\"removed\"|\"cleared\"}}}}"
+    "malformed KV event at line {line}, column {column}: {message}; expected upstream's RouterEvent {{\"worker_id\", \"storage_tier\", \"event\": {{\"event_id\", \"dp_rank\", \"data\": {{\"stored\"|\"removed\"|\"cleared\"}}}}}}"
 )]
 pub struct MalformedEvent {
     /// Line of the problem in the input.
@@ -64,17 +169,60 @@ pub struct MalformedEvent {
     pub message: String,
 }
 
-impl KvEvent {
-    /// An event of `worker` numbered `event_id`.
-    pub fn new(worker: WorkerId, event_id: u64, data: KvEventData) -> Self {
+impl RouterEvent {
+    /// A device-tier, worker-owned event of `worker` numbered `event_id` (what upstream's
+    /// `RouterEvent::new` builds).
+    pub fn new(worker: WorkerId, event_id: u64, data: KvCacheEventData) -> Self {
         Self {
-            worker,
-            event_id,
-            data,
+            worker_id: worker.worker_id,
+            storage_tier: StorageTier::Device,
+            residency_domain: ResidencyDomain::Worker,
+            event: KvCacheEvent {
+                event_id,
+                data,
+                dp_rank: worker.dp_rank,
+            },
+            state_source: None,
+            session_id: None,
         }
     }
 
-    /// Reads one event from its JSON form.
+    /// The same event in `storage_tier`.
+    pub fn with_storage_tier(mut self, storage_tier: StorageTier) -> Self {
+        self.storage_tier = storage_tier;
+        self
+    }
+
+    /// The worker rank the event is about: `(worker_id, event.dp_rank)`.
+    pub fn worker(&self) -> WorkerId {
+        WorkerId::new(self.worker_id, self.event.dp_rank)
+    }
+
+    /// The event's number in its worker rank's stream.
+    pub fn event_id(&self) -> u64 {
+        self.event.event_id
+    }
+
+    /// Where the event applies (upstream `targets_primary`): a `cleared` resets the device
+    /// cache whatever its tier unless it is scoped to cache owners; stores and removals apply
+    /// on the device tier of a worker-owned domain only.
+    pub fn placement(&self) -> EventPlacement {
+        let cleared = matches!(self.event.data, KvCacheEventData::Cleared);
+        match (&self.residency_domain, cleared) {
+            (ResidencyDomain::Unknown(_) | ResidencyDomain::Invalid, _) => {
+                EventPlacement::Unsupported
+            }
+            (ResidencyDomain::Missing | ResidencyDomain::Worker, true) => EventPlacement::Device,
+            (ResidencyDomain::CacheOwner, true) => EventPlacement::OtherTier,
+            (ResidencyDomain::CacheOwner, false) if self.storage_tier == StorageTier::Device => {
+                EventPlacement::Unsupported
+            }
+            (_, false) if self.storage_tier == StorageTier::Device => EventPlacement::Device,
+            (_, false) => EventPlacement::OtherTier,
+        }
+    }
+
+    /// Reads one event from upstream's JSON form; unknown fields are ignored.
     pub fn from_json(json: &str) -> Result<Self, MalformedEvent> {
         serde_json::from_str(json).map_err(|error| MalformedEvent {
             line: error.line(),
@@ -83,50 +231,154 @@ impl KvEvent {
         })
     }
 
-    /// The event's JSON form.
+    /// The event in upstream's JSON form.
     pub fn to_json(&self) -> String {
-        // Serialising plain integers and enums cannot fail; an empty object is never reached.
+        // Integers, strings, enums and JSON values always serialise; the fallback is never reached.
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
     }
 
     /// Number of blocks the event stores or removes.
     pub fn block_count(&self) -> usize {
-        match &self.data {
-            KvEventData::Stored { blocks, .. } => blocks.len(),
-            KvEventData::Removed { block_hashes } => block_hashes.len(),
-            KvEventData::Cleared => 0,
+        match &self.event.data {
+            KvCacheEventData::Stored(store) => store.blocks.len(),
+            KvCacheEventData::Removed(remove) => remove.block_hashes.len(),
+            KvCacheEventData::Cleared => 0,
         }
     }
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KvEventJson {
-    worker_id: u64,
-    #[serde(default)]
-    dp_rank: u32,
-    event_id: u64,
-    data: KvEventData,
-}
+impl KvCacheEventData {
+    /// Blocks `(engine hash, local hash)` stored after `parent` (`None` = the root), with no
+    /// start position or multimodal info.
+    pub fn stored(
+        parent: Option<EngineBlockHash>,
+        blocks: impl IntoIterator<Item = (EngineBlockHash, LocalBlockHash)>,
+    ) -> Self {
+        KvCacheEventData::Stored(KvCacheStoreData {
+            parent_hash: parent,
+            start_position: None,
+            blocks: blocks
+                .into_iter()
+                .map(|(block_hash, tokens_hash)| KvCacheStoredBlockData {
+                    block_hash,
+                    tokens_hash,
+                    mm_extra_info: None,
+                })
+                .collect(),
+        })
+    }
 
-impl From<KvEventJson> for KvEvent {
-    fn from(json: KvEventJson) -> Self {
-        Self::new(
-            WorkerId::new(json.worker_id, json.dp_rank),
-            json.event_id,
-            json.data,
-        )
+    /// Blocks removed, named by their engine hashes.
+    pub fn removed(block_hashes: impl IntoIterator<Item = EngineBlockHash>) -> Self {
+        KvCacheEventData::Removed(KvCacheRemoveData {
+            block_hashes: block_hashes.into_iter().collect(),
+        })
     }
 }
 
-impl From<KvEvent> for KvEventJson {
-    fn from(event: KvEvent) -> Self {
-        Self {
-            worker_id: event.worker.worker_id,
-            dp_rank: event.worker.dp_rank,
-            event_id: event.event_id,
-            data: event.data,
+impl StorageTier {
+    /// The tier of an engine event's `medium` (vLLM/SGLang ZMQ events), as upstream maps it;
+    /// `None` for a medium upstream does not know.
+    pub fn from_kv_medium(medium: &str) -> Option<Self> {
+        match medium {
+            "GPU" | "DEVICE" => Some(Self::Device),
+            "CPU" | "CPU_PINNED" | "CPU_TIER1" => Some(Self::HostPinned),
+            "CPU_TIER2" | "DISK" | "NVME" | "STORAGE" => Some(Self::Disk),
+            "EXTERNAL" | "NETWORK" | "REMOTE" | "SHARED" => Some(Self::External),
+            _ => None,
         }
+    }
+}
+
+impl ResidencyDomain {
+    /// Whether the field was absent.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ResidencyDomain::Missing)
+    }
+}
+
+impl Serialize for ResidencyDomain {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ResidencyDomain::Missing | ResidencyDomain::Invalid => serializer.serialize_none(),
+            ResidencyDomain::Worker => serializer.serialize_str("worker"),
+            ResidencyDomain::CacheOwner => serializer.serialize_str("cache_owner"),
+            ResidencyDomain::Unknown(value) => serializer.serialize_str(value),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ResidencyDomain {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ResidencyDomainVisitor)
+    }
+}
+
+/// Reads any value: known strings, other strings, and (as upstream) anything else as invalid.
+struct ResidencyDomainVisitor;
+
+impl ResidencyDomainVisitor {
+    fn from_str(value: &str) -> ResidencyDomain {
+        match value {
+            "worker" => ResidencyDomain::Worker,
+            "cache_owner" => ResidencyDomain::CacheOwner,
+            other => ResidencyDomain::Unknown(other.to_owned()),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for ResidencyDomainVisitor {
+    type Value = ResidencyDomain;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a residency-domain string")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<ResidencyDomain, E> {
+        Ok(Self::from_str(value))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<ResidencyDomain, E> {
+        // An explicit null is malformed, not absent: treating it as absent would turn a
+        // malformed clear into a rank-wide reset.
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<ResidencyDomain, E> {
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ResidencyDomain, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(ResidencyDomain::Invalid)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<ResidencyDomain, A::Error> {
+        while map
+            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(ResidencyDomain::Invalid)
     }
 }
 
@@ -134,60 +386,163 @@ impl From<KvEvent> for KvEventJson {
 mod tests {
     use super::*;
 
+    fn engine(n: u64) -> EngineBlockHash {
+        EngineBlockHash(n)
+    }
+
+    #[test]
+    fn writes_upstream_json_field_for_field() {
+        let event = RouterEvent::new(
+            WorkerId::new(7, 1),
+            1,
+            KvCacheEventData::Stored(KvCacheStoreData {
+                parent_hash: Some(engine(9001)),
+                start_position: Some(2),
+                blocks: vec![KvCacheStoredBlockData {
+                    block_hash: engine(9002),
+                    tokens_hash: LocalBlockHash(5532946206955930018),
+                    mm_extra_info: None,
+                }],
+            }),
+        );
+        assert_eq!(
+            event.to_json(),
+            r#"{"worker_id":7,"storage_tier":"device","residency_domain":"worker","event":{"event_id":1,"data":{"stored":{"parent_hash":9001,"start_position":2,"blocks":[{"block_hash":9002,"tokens_hash":5532946206955930018,"mm_extra_info":null}]}},"dp_rank":1}}"#
+        );
+        let cleared = RouterEvent::new(WorkerId::new(7, 1), 3, KvCacheEventData::Cleared);
+        assert_eq!(
+            cleared.to_json(),
+            r#"{"worker_id":7,"storage_tier":"device","residency_domain":"worker","event":{"event_id":3,"data":"cleared","dp_rank":1}}"#
+        );
+    }
+
     #[test]
     fn json_forms_round_trip() {
+        let mut with_mm = RouterEvent::new(
+            WorkerId::new(3, 1),
+            7,
+            KvCacheEventData::stored(None, [(engine(11), LocalBlockHash(22))]),
+        )
+        .with_storage_tier(StorageTier::HostPinned);
+        if let KvCacheEventData::Stored(store) = &mut with_mm.event.data {
+            store.blocks[0].mm_extra_info = Some(BlockExtraInfo {
+                mm_objects: vec![BlockMmObjectInfo {
+                    mm_hash: 42,
+                    offsets: vec![(0, 3)],
+                }],
+            });
+        }
+        with_mm.session_id = Some("s".into());
         let events = [
-            KvEvent::new(
-                WorkerId::new(3, 1),
-                7,
-                KvEventData::Stored {
-                    parent_hash: Some(5),
-                    blocks: vec![StoredBlock {
-                        block_hash: 11,
-                        tokens_hash: 22,
-                    }],
-                },
-            ),
-            KvEvent::new(
+            with_mm,
+            RouterEvent::new(
                 WorkerId::new(3, 0),
                 8,
-                KvEventData::Removed {
-                    block_hashes: vec![11, 12],
-                },
+                KvCacheEventData::removed([engine(11), engine(12)]),
             ),
-            KvEvent::new(WorkerId::new(3, 0), 9, KvEventData::Cleared),
+            RouterEvent::new(WorkerId::new(3, 0), 9, KvCacheEventData::Cleared),
         ];
         for event in events {
-            assert_eq!(KvEvent::from_json(&event.to_json()).ok(), Some(event));
+            assert_eq!(RouterEvent::from_json(&event.to_json()).ok(), Some(event));
         }
     }
 
     #[test]
-    fn reads_the_documented_form() {
-        let event = KvEvent::from_json(
-            r#"{"worker_id": 1, "event_id": 2, "data": {"stored": {"blocks": [{"block_hash": 3, "tokens_hash": 4}]}}}"#,
-        )
-        .ok();
+    fn optional_and_unknown_fields() {
+        let minimal = RouterEvent::from_json(
+            r#"{"worker_id": 1, "event": {"event_id": 2, "data": {"stored": {"blocks": [{"block_hash": 3, "tokens_hash": 4}]}}}, "future_field": {"x": 1}}"#,
+        );
+        let minimal = minimal.ok();
         assert_eq!(
-            event,
-            Some(KvEvent::new(
-                WorkerId::new(1, 0),
-                2,
-                KvEventData::Stored {
-                    parent_hash: None,
-                    blocks: vec![StoredBlock {
-                        block_hash: 3,
-                        tokens_hash: 4
-                    }]
-                }
+            minimal.as_ref().map(RouterEvent::worker),
+            Some(WorkerId::new(1, 0))
+        );
+        assert_eq!(
+            minimal.as_ref().map(|e| e.storage_tier),
+            Some(StorageTier::Device)
+        );
+        assert_eq!(
+            minimal.as_ref().map(|e| e.residency_domain.clone()),
+            Some(ResidencyDomain::Missing)
+        );
+        assert_eq!(
+            minimal.as_ref().map(|e| e.event.data.clone()),
+            Some(KvCacheEventData::stored(
+                None,
+                [(engine(3), LocalBlockHash(4))]
             ))
         );
-        assert_eq!(
-            KvEvent::from_json(r#"{"worker_id": 1, "event_id": 2, "data": "cleared"}"#)
-                .ok()
-                .map(|e| e.data),
-            Some(KvEventData::Cleared)
+        // Missing stays missing when written back.
+        assert!(
+            !minimal
+                .map(|e| e.to_json())
+                .unwrap_or_default()
+                .contains("residency_domain")
         );
+    }
+
+    #[test]
+    fn placement_follows_tier_and_domain() {
+        let read = |tier: &str, domain: &str, data: &str| {
+            RouterEvent::from_json(&format!(
+                r#"{{"worker_id": 1, "storage_tier": "{tier}", {domain} "event": {{"event_id": 0, "data": {data}}}}}"#
+            ))
+            .map(|e| e.placement())
+            .ok()
+        };
+        let store = r#"{"removed": {"block_hashes": [1]}}"#;
+        use EventPlacement::*;
+        assert_eq!(read("device", "", store), Some(Device));
+        assert_eq!(
+            read("device", r#""residency_domain": "worker","#, store),
+            Some(Device)
+        );
+        assert_eq!(read("host_pinned", "", store), Some(OtherTier));
+        assert_eq!(read("disk", "", store), Some(OtherTier));
+        assert_eq!(read("external", "", store), Some(OtherTier));
+        assert_eq!(
+            read("device", r#""residency_domain": "cache_owner","#, store),
+            Some(Unsupported)
+        );
+        assert_eq!(
+            read("disk", r#""residency_domain": "cache_owner","#, store),
+            Some(OtherTier)
+        );
+        assert_eq!(
+            read("device", r#""residency_domain": "elsewhere","#, store),
+            Some(Unsupported)
+        );
+        assert_eq!(
+            read("device", r#""residency_domain": null,"#, store),
+            Some(Unsupported)
+        );
+        assert_eq!(read("disk", "", r#""cleared""#), Some(Device));
+        assert_eq!(
+            read(
+                "device",
+                r#""residency_domain": "cache_owner","#,
+                r#""cleared""#
+            ),
+            Some(OtherTier)
+        );
+    }
+
+    #[test]
+    fn engine_media_map_to_tiers_as_upstream() {
+        assert_eq!(
+            StorageTier::from_kv_medium("GPU"),
+            Some(StorageTier::Device)
+        );
+        assert_eq!(
+            StorageTier::from_kv_medium("CPU_TIER1"),
+            Some(StorageTier::HostPinned)
+        );
+        assert_eq!(StorageTier::from_kv_medium("NVME"), Some(StorageTier::Disk));
+        assert_eq!(
+            StorageTier::from_kv_medium("SHARED"),
+            Some(StorageTier::External)
+        );
+        assert_eq!(StorageTier::from_kv_medium("gpu"), None);
     }
 
     #[test]
@@ -196,12 +551,13 @@ mod tests {
             "",
             "{",
             "[]",
-            r#"{"worker_id": -1, "event_id": 0, "data": "cleared"}"#,
-            r#"{"worker_id": 1, "event_id": 0, "data": "exploded"}"#,
-            r#"{"worker_id": 1, "event_id": 0, "data": {"stored": {"blocks": [{"block_hash": 1}]}}}"#,
-            r#"{"worker_id": 1, "event_id": 0, "data": "cleared", "extra": 1}"#,
+            r#"{"worker_id": -1, "event": {"event_id": 0, "data": "cleared"}}"#,
+            r#"{"worker_id": 1, "event": {"event_id": 0, "data": "exploded"}}"#,
+            r#"{"worker_id": 1, "event": {"event_id": 0, "data": {"stored": {"blocks": [{"block_hash": 1}]}}}}"#,
+            r#"{"worker_id": 1, "storage_tier": "gpu", "event": {"event_id": 0, "data": "cleared"}}"#,
+            r#"{"worker_id": 1, "event_id": 0, "data": "cleared"}"#,
         ] {
-            let error = KvEvent::from_json(bad).err();
+            let error = RouterEvent::from_json(bad).err();
             assert!(error.is_some(), "accepted {bad:?}");
             let text = error.map(|e| e.to_string()).unwrap_or_default();
             assert!(text.contains("malformed KV event at line"), "{text}");

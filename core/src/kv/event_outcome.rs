@@ -18,26 +18,39 @@ pub enum IgnoreReason {
     UnknownWorker,
     /// The event could not be read.
     Malformed,
-    /// The `event_id` skipped numbers: events were lost, so the worker's cache state was dropped
-    /// and its events are ignored until it reports `cleared`.
+    /// The `event_id` skipped numbers: events were lost. The event is not applied; the worker
+    /// awaits the replay of the missing range (see `KvIndex::replay_request`) and is not
+    /// trusted until then.
     Gap,
-    /// The worker's cache state is stale after a gap; only `cleared` brings it back.
-    Stale,
+    /// The worker awaits a replay from an earlier `event_id`; later events wait for it.
+    AwaitingRecovery,
     /// The `event_id` is not after the last one applied (a duplicate or a reordering).
     OutOfOrder,
     /// A removal named only blocks the worker does not hold.
     UnknownBlocks,
+    /// A store whose `parent_hash` the worker does not hold: nothing of it was applied.
+    UnknownParent,
+    /// A store that names its own parent among its blocks: nothing of it was applied.
+    InvalidBlockSequence,
+    /// An event of a tier other than `device` (or of a cache owner): accepted, not indexed.
+    NonDeviceTier,
+    /// An event whose `residency_domain` upstream does not support: not applied.
+    UnsupportedResidency,
 }
 
 impl IgnoreReason {
     /// Every reason, in metric order.
-    pub const ALL: [IgnoreReason; 6] = [
+    pub const ALL: [IgnoreReason; 10] = [
         IgnoreReason::UnknownWorker,
         IgnoreReason::Malformed,
         IgnoreReason::Gap,
-        IgnoreReason::Stale,
+        IgnoreReason::AwaitingRecovery,
         IgnoreReason::OutOfOrder,
         IgnoreReason::UnknownBlocks,
+        IgnoreReason::UnknownParent,
+        IgnoreReason::InvalidBlockSequence,
+        IgnoreReason::NonDeviceTier,
+        IgnoreReason::UnsupportedResidency,
     ];
 
     /// The reason's label in metrics and logs.
@@ -46,9 +59,13 @@ impl IgnoreReason {
             IgnoreReason::UnknownWorker => "unknown_worker",
             IgnoreReason::Malformed => "malformed",
             IgnoreReason::Gap => "gap",
-            IgnoreReason::Stale => "stale",
+            IgnoreReason::AwaitingRecovery => "awaiting_recovery",
             IgnoreReason::OutOfOrder => "out_of_order",
             IgnoreReason::UnknownBlocks => "unknown_blocks",
+            IgnoreReason::UnknownParent => "unknown_parent",
+            IgnoreReason::InvalidBlockSequence => "invalid_block_sequence",
+            IgnoreReason::NonDeviceTier => "non_device_tier",
+            IgnoreReason::UnsupportedResidency => "unsupported_residency",
         }
     }
 

@@ -1,50 +1,111 @@
-//! Prompt hashing: tokens → per-block local hashes → chained sequence hashes (xxh3).
+//! Prompt hashing, as upstream `compute_block_hash_for_seq` does it: tokens → per-block
+//! [`LocalBlockHash`]es → chained [`SequenceHash`]es (xxh3).
 //!
-//! A block's local hash covers its tokens only; its sequence hash chains in every block before
-//! it, so equal sequence hashes mean equal prefixes. Only full blocks are hashed.
+//! A block's local hash covers its own tokens, salted by the request identity (LoRA, cache
+//! namespace), plus its multimodal objects; its sequence hash chains in every block before it,
+//! so equal sequence hashes mean equal prefixes. Only full blocks are hashed.
 
+use super::request_identity::RequestIdentity;
+use crate::block_identity::{LocalBlockHash, SequenceHash};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// The xxh3 seed of every block and sequence hash (the upstream router's seed).
+/// The xxh3 seed of unsalted local hashes and of every sequence-hash link (upstream's seed).
 pub const HASH_SEED: u64 = 1337;
 
-/// The local hash of each full block of `tokens`: xxh3 of the block's little-endian `u32`s.
-/// A `block_size` of 0 yields no blocks.
-pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
-    let block_size = block_size as usize;
-    if block_size == 0 {
-        return Vec::new();
+/// The seed of a request's local block hashes: [`HASH_SEED`], plus (wrapping)
+/// `xxh3_64(lora_name, seed 0)` for a non-empty `lora_name`, plus `xxh3_64(cache_namespace,
+/// seed 1)` for a non-empty cache namespace (upstream `compute_salt_hash`).
+pub fn salt_seed(lora_name: Option<&str>, cache_namespace: Option<&str>) -> u64 {
+    let mut seed = HASH_SEED;
+    if let Some(name) = lora_name.filter(|name| !name.is_empty()) {
+        seed = seed.wrapping_add(xxh3_64_with_seed(name.as_bytes(), 0));
     }
-    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
-    for_each_block_hash(tokens, block_size, |hash| hashes.push(hash));
+    if let Some(namespace) = cache_namespace.filter(|namespace| !namespace.is_empty()) {
+        seed = seed.wrapping_add(xxh3_64_with_seed(namespace.as_bytes(), 1));
+    }
+    seed
+}
+
+/// The local hash of each full block of `tokens` for a plain request. A `block_size` of 0
+/// yields no blocks.
+pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<LocalBlockHash> {
+    local_block_hashes(tokens, block_size, &RequestIdentity::default())
+}
+
+/// The local hash of each full block of `tokens` under `identity`: xxh3, seeded with the
+/// identity's [`salt_seed`], of the block's tokens as little-endian `u32`s followed by the
+/// block's multimodal object hashes, sorted, as little-endian `u64`s. Eagle requests hash
+/// `block_size + 1` tokens per block at stride `block_size`.
+pub fn local_block_hashes(
+    tokens: &[u32],
+    block_size: u32,
+    identity: &RequestIdentity,
+) -> Vec<LocalBlockHash> {
+    let mut hashes = Vec::with_capacity(full_blocks(tokens.len(), block_size, identity.eagle));
+    for_each_local_hash(tokens, block_size, identity, |hash| hashes.push(hash));
     hashes
 }
 
-/// Chains local block hashes into sequence hashes: `seq[0] = local[0]`,
-/// `seq[i] = xxh3(seq[i-1] ‖ local[i])`.
-pub fn sequence_hashes(local: &[u64]) -> Vec<u64> {
+/// Number of full blocks `token_count` tokens make (one fewer window for Eagle).
+pub fn full_blocks(token_count: usize, block_size: u32, eagle: bool) -> usize {
+    match block_size as usize {
+        0 => 0,
+        stride if eagle => token_count.saturating_sub(1) / stride,
+        stride => token_count / stride,
+    }
+}
+
+/// The sequence hash of a block whose local hash is `local` and whose parent block has
+/// sequence hash `parent` (`None` at the root): `local` itself at the root, else
+/// `xxh3(parent as LE u64 ‖ local as LE u64, seed 1337)`.
+#[inline]
+pub fn next_sequence_hash(parent: Option<SequenceHash>, local: LocalBlockHash) -> SequenceHash {
+    match parent {
+        None => SequenceHash(local.0),
+        Some(parent) => {
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&parent.0.to_le_bytes());
+            bytes[8..].copy_from_slice(&local.0.to_le_bytes());
+            SequenceHash(xxh3_64_with_seed(&bytes, HASH_SEED))
+        }
+    }
+}
+
+/// Chains local block hashes from the root into sequence hashes.
+pub fn sequence_hashes(local: &[LocalBlockHash]) -> Vec<SequenceHash> {
     let mut hashes = Vec::with_capacity(local.len());
-    let mut chain = SequenceChain::default();
+    let mut parent = None;
     for &hash in local {
-        hashes.push(chain.push(hash));
+        let next = next_sequence_hash(parent, hash);
+        hashes.push(next);
+        parent = Some(next);
     }
     hashes
 }
 
-/// The sequence hashes of the full blocks of `tokens`, in one pass.
-pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<u64> {
-    let block_size = block_size as usize;
-    if block_size == 0 {
-        return Vec::new();
-    }
-    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
-    let mut chain = SequenceChain::default();
-    for_each_block_hash(tokens, block_size, |hash| hashes.push(chain.push(hash)));
+/// The sequence hashes of the full blocks of `tokens` for a plain request, in one pass.
+pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<SequenceHash> {
+    sequence_hashes_iter(tokens, block_size).collect()
+}
+
+/// The sequence hashes of the full blocks of `tokens` under `identity`, in one pass.
+pub fn sequence_hashes_for_request(
+    tokens: &[u32],
+    block_size: u32,
+    identity: &RequestIdentity,
+) -> Vec<SequenceHash> {
+    let mut hashes = Vec::with_capacity(full_blocks(tokens.len(), block_size, identity.eagle));
+    let mut parent = None;
+    for_each_local_hash(tokens, block_size, identity, |local| {
+        let next = next_sequence_hash(parent, local);
+        hashes.push(next);
+        parent = Some(next);
+    });
     hashes
 }
 
-/// The sequence hashes of the full blocks of `tokens`, computed as the iterator is advanced
-/// (so a consumer can probe each hash while the next one is computed).
+/// The sequence hashes of the full blocks of `tokens` for a plain request, computed as the
+/// iterator is advanced (so a consumer can probe each hash while the next one is computed).
 pub fn sequence_hashes_iter(tokens: &[u32], block_size: u32) -> SequenceHashes<'_> {
     let (tokens, chunk) = match block_size as usize {
         0 => (&tokens[..0], 1),
@@ -52,23 +113,25 @@ pub fn sequence_hashes_iter(tokens: &[u32], block_size: u32) -> SequenceHashes<'
     };
     SequenceHashes {
         blocks: tokens.chunks_exact(chunk),
-        chain: SequenceChain::default(),
+        parent: None,
     }
 }
 
 /// The iterator of [`sequence_hashes_iter`].
 pub struct SequenceHashes<'a> {
     blocks: std::slice::ChunksExact<'a, u32>,
-    chain: SequenceChain,
+    parent: Option<SequenceHash>,
 }
 
 impl Iterator for SequenceHashes<'_> {
-    type Item = u64;
+    type Item = SequenceHash;
 
     #[inline]
-    fn next(&mut self) -> Option<u64> {
+    fn next(&mut self) -> Option<SequenceHash> {
         let block = self.blocks.next()?;
-        Some(self.chain.push(local_hash(block)))
+        let next = next_sequence_hash(self.parent, LocalBlockHash(token_hash(block, HASH_SEED)));
+        self.parent = Some(next);
+        Some(next)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -80,49 +143,56 @@ impl ExactSizeIterator for SequenceHashes<'_> {}
 
 /// Sequence hashes for prompts that arrive as per-block ids (Mooncake `hash_ids`): the ids are
 /// used as local hashes, as given, and chained.
-pub fn sequence_hashes_from_block_ids(ids: &[u64]) -> Vec<u64> {
-    sequence_hashes(ids)
+pub fn sequence_hashes_from_block_ids(ids: &[u64]) -> Vec<SequenceHash> {
+    sequence_hashes(LocalBlockHash::from_u64s(ids))
 }
 
-/// Folds local hashes into sequence hashes one block at a time.
-#[derive(Default)]
-struct SequenceChain {
-    previous: Option<u64>,
-}
-
-impl SequenceChain {
-    fn push(&mut self, local: u64) -> u64 {
-        let next = match self.previous {
-            None => local,
-            Some(previous) => {
-                let mut bytes = [0u8; 16];
-                bytes[..8].copy_from_slice(&previous.to_le_bytes());
-                bytes[8..].copy_from_slice(&local.to_le_bytes());
-                xxh3_64_with_seed(&bytes, HASH_SEED)
-            }
-        };
-        self.previous = Some(next);
-        next
+fn for_each_local_hash(
+    tokens: &[u32],
+    block_size: u32,
+    identity: &RequestIdentity,
+    mut emit: impl FnMut(LocalBlockHash),
+) {
+    let stride = block_size as usize;
+    if stride == 0 {
+        return;
+    }
+    let seed = identity.salt_seed();
+    let window = if identity.eagle { stride + 1 } else { stride };
+    let mut bytes = Vec::new();
+    let mut mm = Vec::new();
+    let mut start = 0;
+    let mut index = 0;
+    while start + window <= tokens.len() {
+        let block = &tokens[start..start + window];
+        let objects = identity.mm_hashes_of(index);
+        if objects.is_empty() {
+            emit(LocalBlockHash(token_hash(block, seed)));
+        } else {
+            bytes.clear();
+            bytes.extend(block.iter().flat_map(|token| token.to_le_bytes()));
+            mm.clear();
+            mm.extend_from_slice(objects);
+            mm.sort_unstable();
+            bytes.extend(mm.iter().flat_map(|hash| hash.to_le_bytes()));
+            emit(LocalBlockHash(xxh3_64_with_seed(&bytes, seed)));
+        }
+        start += stride;
+        index += 1;
     }
 }
 
-fn for_each_block_hash(tokens: &[u32], block_size: usize, mut emit: impl FnMut(u64)) {
-    for block in tokens.chunks_exact(block_size) {
-        emit(local_hash(block));
-    }
-}
-
-/// The local hash of one block: xxh3 of its tokens' little-endian bytes.
+/// xxh3 of the tokens' little-endian bytes under `seed`.
 #[inline]
-fn local_hash(block: &[u32]) -> u64 {
+fn token_hash(block: &[u32], seed: u64) -> u64 {
     #[cfg(target_endian = "little")]
     {
-        xxh3_64_with_seed(le_bytes(block), HASH_SEED)
+        xxh3_64_with_seed(le_bytes(block), seed)
     }
     #[cfg(not(target_endian = "little"))]
     {
         let bytes: Vec<u8> = block.iter().flat_map(|token| token.to_le_bytes()).collect();
-        xxh3_64_with_seed(&bytes, HASH_SEED)
+        xxh3_64_with_seed(&bytes, seed)
     }
 }
 
@@ -144,6 +214,10 @@ mod tests {
         tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
     }
 
+    fn raw(hashes: &[SequenceHash]) -> Vec<u64> {
+        hashes.iter().map(|h| h.0).collect()
+    }
+
     #[test]
     fn only_full_blocks_are_hashed() {
         let tokens: Vec<u32> = (0..37).collect();
@@ -151,6 +225,11 @@ mod tests {
         assert_eq!(sequence_hashes_for_tokens(&tokens, 16).len(), 2);
         assert!(block_hashes(&tokens, 0).is_empty());
         assert!(block_hashes(&tokens[..15], 16).is_empty());
+        let eagle = RequestIdentity::plain().with_eagle(true);
+        assert_eq!(local_block_hashes(&tokens[..32], 16, &eagle).len(), 1);
+        assert_eq!(local_block_hashes(&tokens[..33], 16, &eagle).len(), 2);
+        assert_eq!(full_blocks(33, 16, true), 2);
+        assert_eq!(full_blocks(0, 16, true), 0);
     }
 
     #[test]
@@ -158,19 +237,19 @@ mod tests {
         let tokens: Vec<u32> = (100..132).collect();
         let local = block_hashes(&tokens, 16);
         assert_eq!(
-            local[0],
+            local[0].0,
             xxh3_64_with_seed(&le_bytes(&tokens[..16]), HASH_SEED)
         );
         assert_eq!(
-            local[1],
+            local[1].0,
             xxh3_64_with_seed(&le_bytes(&tokens[16..]), HASH_SEED)
         );
     }
 
     #[test]
     fn sequence_hashes_chain_the_previous_hash() {
-        let local = [7u64, 8, 9];
-        let seq = sequence_hashes(&local);
+        let local = [LocalBlockHash(7), LocalBlockHash(8), LocalBlockHash(9)];
+        let seq = raw(&sequence_hashes(&local));
         assert_eq!(seq[0], 7);
         let mut bytes = 7u64.to_le_bytes().to_vec();
         bytes.extend_from_slice(&8u64.to_le_bytes());
@@ -183,13 +262,66 @@ mod tests {
     #[test]
     fn token_path_equals_two_step_path_for_any_block_size() {
         let tokens: Vec<u32> = (0..1000).map(|t| t * 7 + 3).collect();
+        let identity = RequestIdentity::plain()
+            .with_lora("adapter")
+            .with_block_mm_hashes(vec![vec![], vec![5, 1]]);
         for block_size in [1, 16, 64, 65, 512] {
             assert_eq!(
                 sequence_hashes_for_tokens(&tokens, block_size),
                 sequence_hashes(&block_hashes(&tokens, block_size)),
                 "block size {block_size}"
             );
+            assert_eq!(
+                sequence_hashes_for_request(&tokens, block_size, &identity),
+                sequence_hashes(&local_block_hashes(&tokens, block_size, &identity)),
+                "block size {block_size}"
+            );
         }
+    }
+
+    #[test]
+    fn salts_separate_requests_and_empty_salts_are_absent() {
+        let tokens: Vec<u32> = (0..64).collect();
+        let plain = block_hashes(&tokens, 16);
+        let empty = RequestIdentity::plain()
+            .with_lora("")
+            .with_cache_namespace("");
+        assert!(empty.is_plain());
+        assert_eq!(local_block_hashes(&tokens, 16, &empty), plain);
+        let variants = [
+            RequestIdentity::plain().with_lora("a"),
+            RequestIdentity::plain().with_lora("b"),
+            RequestIdentity::plain().with_cache_namespace("a"),
+            RequestIdentity::plain()
+                .with_lora("a")
+                .with_cache_namespace("a"),
+        ];
+        let mut all = vec![plain];
+        for identity in &variants {
+            assert!(!identity.is_plain());
+            all.push(local_block_hashes(&tokens, 16, identity));
+        }
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert!(a.iter().zip(b).all(|(x, y)| x != y));
+            }
+        }
+    }
+
+    #[test]
+    fn mm_hashes_are_order_independent_and_change_only_their_block() {
+        let tokens: Vec<u32> = (0..48).collect();
+        let a = RequestIdentity::plain().with_block_mm_hashes(vec![vec![], vec![3, 9]]);
+        let b = RequestIdentity::plain().with_block_mm_hashes(vec![vec![], vec![9, 3]]);
+        let (ha, hb) = (
+            local_block_hashes(&tokens, 16, &a),
+            local_block_hashes(&tokens, 16, &b),
+        );
+        assert_eq!(ha, hb);
+        let plain = block_hashes(&tokens, 16);
+        assert_eq!(ha[0], plain[0]);
+        assert_ne!(ha[1], plain[1]);
+        assert_eq!(ha[2], plain[2]);
     }
 
     #[test]
@@ -212,7 +344,7 @@ mod tests {
         for block_size in [0, 1, 16, 64, 512, 2000] {
             assert_eq!(
                 sequence_hashes_iter(&tokens, block_size).collect::<Vec<_>>(),
-                sequence_hashes_for_tokens(&tokens, block_size),
+                sequence_hashes(&block_hashes(&tokens, block_size)),
                 "block size {block_size}"
             );
         }
@@ -221,9 +353,9 @@ mod tests {
     #[test]
     fn block_ids_are_used_as_local_hashes() {
         assert_eq!(
-            sequence_hashes_from_block_ids(&[5, 6]),
-            sequence_hashes(&[5, 6])
+            raw(&sequence_hashes_from_block_ids(&[5, 6])),
+            raw(&sequence_hashes(&[LocalBlockHash(5), LocalBlockHash(6)]))
         );
-        assert_eq!(sequence_hashes_from_block_ids(&[5])[0], 5);
+        assert_eq!(sequence_hashes_from_block_ids(&[5])[0], SequenceHash(5));
     }
 }

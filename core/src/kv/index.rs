@@ -22,9 +22,12 @@
 
 use super::block_slab::ChunkedSlab;
 use super::block_table::{BlockTable, key_hash};
-use super::event::{KvEvent, KvEventData};
+use super::event::{EventPlacement, KvCacheEventData, KvCacheStoreData, RouterEvent};
+use super::event_cursor::{Admission, EventCursor};
 use super::event_outcome::{EventOutcome, IgnoreReason};
+use super::hashing::next_sequence_hash;
 use super::index_hasher::{U64HashBuilder, U64Map, mix};
+use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::plugins::BlockLookup;
 use crate::router::worker::WorkerId;
 use hashbrown::HashTable;
@@ -50,11 +53,19 @@ pub struct IndexCounters {
     pub removed_blocks: u64,
     /// Removals that named a block the worker does not hold.
     pub unknown_block_removals: u64,
-    /// Stored events whose parent the worker does not hold (their blocks are still stored: the
-    /// sequence hashes chain the whole prefix, so prefix lookups stay correct).
+    /// Stored events rejected because the worker does not hold their parent (also counted
+    /// under [`IgnoreReason::UnknownParent`]).
     pub unknown_parents: u64,
     /// `cleared` events applied (including re-synchronisations after a gap).
     pub clears: u64,
+    /// Engine restarts: a worker's numbering started over at 0, so its cache was cleared.
+    pub restarts: u64,
+    /// Gaps closed by a replay (or made moot by a `cleared`).
+    pub recoveries: u64,
+    /// Recoveries given up by the transport ([`KvIndex::abandon_recovery`]); the worker was reset.
+    pub abandoned_recoveries: u64,
+    /// Workers awaiting a replay of lost events now (a gauge).
+    pub workers_awaiting_recovery: u64,
 }
 
 impl IndexCounters {
@@ -69,10 +80,21 @@ impl IndexCounters {
 pub struct WorkerIndexState {
     /// Blocks the worker holds in the index.
     pub blocks: usize,
-    /// Whether events were lost and the worker's state awaits a `cleared`.
-    pub stale: bool,
-    /// The last event id accepted.
+    /// The first event id the worker must replay, when events were lost; until they are
+    /// replayed its cache state is not trusted (lookups give it no cached prefix).
+    pub replay_from: Option<u64>,
+    /// The last event id applied.
     pub last_event_id: Option<u64>,
+}
+
+/// A worker that lost events and the first event id it must replay: a transport asks the
+/// engine to replay from there and feeds the replayed events to the index in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplayRequest {
+    /// The worker rank.
+    pub worker: WorkerId,
+    /// The first missing event id.
+    pub from_event_id: u64,
 }
 
 /// One distinct block in the slab.
@@ -95,8 +117,7 @@ struct Override {
 }
 
 struct SlotState {
-    last_event_id: Option<u64>,
-    stale: bool,
+    cursor: EventCursor,
     blocks: usize,
     /// Override records of this slot.
     overrides: usize,
@@ -105,8 +126,7 @@ struct SlotState {
 impl SlotState {
     fn new() -> Self {
         Self {
-            last_event_id: None,
-            stale: false,
+            cursor: EventCursor::default(),
             blocks: 0,
             overrides: 0,
         }
@@ -174,6 +194,10 @@ impl KvIndex {
         let Some(slot) = self.by_worker.remove(&worker) else {
             return false;
         };
+        let was_awaiting = self
+            .slot_state(slot)
+            .is_some_and(|state| state.cursor.awaiting());
+        self.note_awaiting_change(was_awaiting, false);
         self.clear_slot(slot);
         self.slots[slot as usize] = None;
         while matches!(self.slots.last(), Some(None)) {
@@ -192,9 +216,58 @@ impl KvIndex {
         let state = self.slot_state(*self.by_worker.get(&worker)?)?;
         Some(WorkerIndexState {
             blocks: state.blocks,
-            stale: state.stale,
-            last_event_id: state.last_event_id,
+            replay_from: state.cursor.replay_from(),
+            last_event_id: state.cursor.last(),
         })
+    }
+
+    /// The first event id `worker` must replay, if it lost events (see [`ReplayRequest`]).
+    pub fn replay_request(&self, worker: WorkerId) -> Option<u64> {
+        self.worker_state(worker)?.replay_from
+    }
+
+    /// Every worker awaiting a replay, sorted by worker.
+    pub fn replay_requests(&self) -> Vec<ReplayRequest> {
+        let mut requests: Vec<ReplayRequest> = self
+            .by_worker
+            .iter()
+            .filter_map(|(worker, slot)| {
+                let from_event_id = self.slot_state(*slot)?.cursor.replay_from()?;
+                Some(ReplayRequest {
+                    worker: *worker,
+                    from_event_id,
+                })
+            })
+            .collect();
+        requests.sort_unstable();
+        requests
+    }
+
+    /// Number of workers awaiting a replay.
+    pub fn workers_awaiting_recovery(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|state| state.cursor.awaiting())
+            .count()
+    }
+
+    /// Gives up on replaying `worker`'s lost events (the engine could not replay them): its
+    /// cache state is dropped and its next event, whatever its id, starts its stream again.
+    /// Returns `false` if the worker is not tracked.
+    pub fn abandon_recovery(&mut self, worker: WorkerId) -> bool {
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return false;
+        };
+        self.clear_slot(slot);
+        if let Some(state) = self.slot_state_mut(slot) {
+            let was_awaiting = state.cursor.awaiting();
+            state.cursor.resync();
+            self.note_awaiting_change(was_awaiting, false);
+        }
+        self.counters.abandoned_recoveries += 1;
+        tracing::warn!(%worker, "KV event replay abandoned; the worker's cache state was reset");
+        true
     }
 
     /// Whether `worker` is tracked and holds every block under the block's canonical engine
@@ -207,14 +280,40 @@ impl KvIndex {
             .is_some_and(|state| state.overrides == 0)
     }
 
-    /// Applies one event, counting anomalies. Events of untracked workers change nothing.
-    pub fn apply(&mut self, event: &KvEvent) -> EventOutcome {
-        let outcome = self.apply_inner(event);
-        match outcome {
-            EventOutcome::Applied => self.counters.events_applied += 1,
-            EventOutcome::Ignored(reason) => self.counters.events_ignored[reason.index()] += 1,
-        }
+    /// Applies one event, counting anomalies. Events of untracked workers change nothing;
+    /// an event that reveals lost events is not applied and the worker awaits a replay
+    /// ([`KvIndex::replay_request`]); replayed events are applied through this same method.
+    pub fn apply(&mut self, event: &RouterEvent) -> EventOutcome {
+        let outcome = match self.admit(event) {
+            Ok(()) => self.apply_admitted(event),
+            Err(outcome) => outcome,
+        };
+        self.count(outcome);
         outcome
+    }
+
+    /// Applies events that arrived together, in order. Consecutive events of one worker that
+    /// share an `event_id` count as one numbered delivery (upstream numbers a whole engine
+    /// batch by its sequence number): the first decides whether they all apply.
+    pub fn apply_batch(&mut self, events: &[RouterEvent]) -> Vec<EventOutcome> {
+        let mut outcomes = Vec::with_capacity(events.len());
+        // The delivery being applied: its worker and id, and the cursor's verdict on it.
+        let mut delivery: Option<(WorkerId, u64, Result<(), EventOutcome>)> = None;
+        for event in events {
+            let key = (event.worker(), event.event_id());
+            let verdict = match delivery {
+                Some((worker, id, verdict)) if (worker, id) == key => verdict,
+                _ => self.admit(event),
+            };
+            delivery = Some((key.0, key.1, verdict));
+            let outcome = match verdict {
+                Ok(()) => self.apply_admitted(event),
+                Err(outcome) => outcome,
+            };
+            self.count(outcome);
+            outcomes.push(outcome);
+        }
+        outcomes
     }
 
     /// Counts an event that could not be read.
@@ -226,11 +325,16 @@ impl KvIndex {
     /// pass over the hashes that stops when no worker continues the prefix. Untracked workers get 0.
     pub fn prefix_lengths(
         &self,
-        sequence_hashes: &[u64],
+        sequence_hashes: &[SequenceHash],
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        self.pass(sequence_hashes.iter().copied(), workers, out, |_, _, _| {});
+        self.pass(
+            SequenceHash::as_u64s(sequence_hashes).iter().copied(),
+            workers,
+            out,
+            |_, _, _| {},
+        );
     }
 
     /// [`KvIndex::prefix_lengths`] over hashes computed as the pass pulls them (such as
@@ -240,15 +344,18 @@ impl KvIndex {
     /// longest cached prefix.
     pub fn prefix_lengths_streamed(
         &self,
-        sequence_hashes: impl Iterator<Item = u64>,
+        sequence_hashes: impl Iterator<Item = SequenceHash>,
         workers: &[WorkerId],
         out: &mut Vec<usize>,
-        prefix: &mut Vec<u64>,
+        prefix: &mut Vec<SequenceHash>,
     ) {
         prefix.clear();
-        self.pass(sequence_hashes, workers, out, |_, hash, _| {
-            prefix.push(hash)
-        });
+        self.pass(
+            sequence_hashes.map(|hash| hash.0),
+            workers,
+            out,
+            |_, hash, _| prefix.push(SequenceHash(hash)),
+        );
     }
 
     /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
@@ -258,21 +365,22 @@ impl KvIndex {
     /// block's entry anyway).
     pub fn prefix_lengths_and_engines(
         &self,
-        sequence_hashes: &[u64],
+        sequence_hashes: &[SequenceHash],
         workers: &[WorkerId],
         out: &mut Vec<usize>,
-        engines: &mut Vec<u64>,
+        engines: &mut Vec<EngineBlockHash>,
     ) {
         // Stores by position into a buffer sized up front keep the pass's loop tight.
         engines.clear();
-        engines.resize(sequence_hashes.len(), 0);
+        engines.resize(sequence_hashes.len(), EngineBlockHash(0));
+        let hashes = SequenceHash::as_u64s(sequence_hashes);
         self.pass(
-            sequence_hashes.iter().copied(),
+            hashes.iter().copied(),
             workers,
             out,
             |position, _, engine| {
                 if let Some(slot) = engines.get_mut(position) {
-                    *slot = engine;
+                    *slot = EngineBlockHash(engine);
                 }
             },
         );
@@ -280,7 +388,7 @@ impl KvIndex {
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches.
-    pub fn prefix_length(&self, sequence_hashes: &[u64], worker: WorkerId) -> usize {
+    pub fn prefix_length(&self, sequence_hashes: &[SequenceHash], worker: WorkerId) -> usize {
         let mut out = Vec::with_capacity(1);
         self.prefix_lengths(sequence_hashes, &[worker], &mut out);
         out.first().copied().unwrap_or(0)
@@ -311,11 +419,7 @@ impl KvIndex {
         record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
-        out.extend(workers.iter().map(|worker| {
-            self.by_worker
-                .get(worker)
-                .map_or(usize::MAX, |slot| *slot as usize)
-        }));
+        out.extend(workers.iter().map(|worker| self.trusted_slot(*worker)));
         if self.slots.len() <= GROUP {
             let mask = out
                 .iter()
@@ -441,89 +545,104 @@ impl KvIndex {
         lengths
     }
 
-    fn apply_inner(&mut self, event: &KvEvent) -> EventOutcome {
-        let Some(&slot) = self.by_worker.get(&event.worker) else {
-            return EventOutcome::Ignored(IgnoreReason::UnknownWorker);
+    /// The slot of `worker` for lookups: `usize::MAX` (no cached prefix) when it is untracked
+    /// or awaits a replay, since its cache state is not trusted then.
+    fn trusted_slot(&self, worker: WorkerId) -> usize {
+        match self.by_worker.get(&worker) {
+            Some(&slot) if self.slot_state(slot).is_some_and(|s| !s.cursor.awaiting()) => {
+                slot as usize
+            }
+            _ => usize::MAX,
+        }
+    }
+
+    /// Keeps the awaiting-recovery gauge in step with one worker's cursor.
+    fn note_awaiting_change(&mut self, before: bool, after: bool) {
+        let gauge = &mut self.counters.workers_awaiting_recovery;
+        match (before, after) {
+            (false, true) => *gauge += 1,
+            (true, false) => *gauge = gauge.saturating_sub(1),
+            _ => {}
+        }
+    }
+
+    fn count(&mut self, outcome: EventOutcome) {
+        match outcome {
+            EventOutcome::Applied => self.counters.events_applied += 1,
+            EventOutcome::Ignored(reason) => self.counters.events_ignored[reason.index()] += 1,
+        }
+    }
+
+    /// Moves the worker's cursor for `event` (every event of its stream counts, whatever its
+    /// tier); `Err` is the outcome of an event that must not be applied.
+    fn admit(&mut self, event: &RouterEvent) -> Result<(), EventOutcome> {
+        let worker = event.worker();
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return Err(EventOutcome::Ignored(IgnoreReason::UnknownWorker));
         };
         let Some(state) = self.slot_state_mut(slot) else {
+            return Err(EventOutcome::Ignored(IgnoreReason::UnknownWorker));
+        };
+        let id = event.event_id();
+        let cleared = matches!(event.event.data, KvCacheEventData::Cleared)
+            && event.placement() == EventPlacement::Device;
+        let last = state.cursor.last();
+        let was_awaiting = state.cursor.awaiting();
+        let admission = state.cursor.admit(id, cleared);
+        let awaiting = state.cursor.awaiting();
+        self.note_awaiting_change(was_awaiting, awaiting);
+        match admission {
+            Admission::Apply { recovered } => {
+                if recovered {
+                    self.counters.recoveries += 1;
+                    tracing::info!(%worker, event_id = id, "KV events replayed; worker trusted again");
+                }
+            }
+            Admission::Restart => {
+                self.clear_slot(slot);
+                self.counters.restarts += 1;
+                tracing::info!(%worker, "KV event numbering restarted at 0: engine restart, cache cleared");
+            }
+            Admission::Duplicate => return Err(EventOutcome::Ignored(IgnoreReason::OutOfOrder)),
+            Admission::Gap => {
+                tracing::warn!(
+                    %worker,
+                    last_event_id = ?last,
+                    event_id = id,
+                    "KV events lost; the worker awaits a replay and is not trusted until then"
+                );
+                return Err(EventOutcome::Ignored(IgnoreReason::Gap));
+            }
+            Admission::Waiting => {
+                return Err(EventOutcome::Ignored(IgnoreReason::AwaitingRecovery));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies an event the worker's cursor admitted.
+    fn apply_admitted(&mut self, event: &RouterEvent) -> EventOutcome {
+        let Some(&slot) = self.by_worker.get(&event.worker()) else {
             return EventOutcome::Ignored(IgnoreReason::UnknownWorker);
         };
-        let cleared = matches!(event.data, KvEventData::Cleared);
-        if state.stale && !cleared {
-            return EventOutcome::Ignored(IgnoreReason::Stale);
-        }
-        if let Some(last) = state.last_event_id
-            && !state.stale
-        {
-            if event.event_id <= last {
-                return EventOutcome::Ignored(IgnoreReason::OutOfOrder);
-            }
-            if event.event_id - last > 1 && !cleared {
-                state.stale = true;
-                state.last_event_id = Some(event.event_id);
-                tracing::warn!(
-                    worker = %event.worker,
-                    last_event_id = last,
-                    event_id = event.event_id,
-                    "KV events lost; dropping the worker's cache state until it reports `cleared`"
-                );
-                self.clear_slot(slot);
-                return EventOutcome::Ignored(IgnoreReason::Gap);
+        match event.placement() {
+            EventPlacement::Device => {}
+            EventPlacement::OtherTier => return EventOutcome::Ignored(IgnoreReason::NonDeviceTier),
+            EventPlacement::Unsupported => {
+                return EventOutcome::Ignored(IgnoreReason::UnsupportedResidency);
             }
         }
-        state.last_event_id = Some(event.event_id);
-        match &event.data {
-            KvEventData::Cleared => {
-                if let Some(state) = self.slot_state_mut(slot) {
-                    state.stale = false;
-                }
+        match &event.event.data {
+            KvCacheEventData::Cleared => {
                 self.clear_slot(slot);
                 self.counters.clears += 1;
                 EventOutcome::Applied
             }
-            KvEventData::Stored {
-                parent_hash,
-                blocks,
-            } => {
-                let parent = parent_hash.and_then(|parent| self.block_of_engine(slot, parent));
-                if parent_hash.is_some() && parent.is_none() {
-                    self.counters.unknown_parents += 1;
-                }
-                let (group, _) = split(slot);
-                // The slab entry after the previous block's (the parent's, for the first):
-                // where a chain's next block usually is.
-                let mut guess = parent.map_or(u32::MAX, |block| block.wrapping_add(1));
-                for (n, block) in blocks.iter().enumerate() {
-                    // New blocks miss in both tables: start the misses of a later block now.
-                    if let Some(later) = blocks.get(n + STORE_AHEAD) {
-                        self.by_engine.prefetch(key_hash(later.block_hash));
-                        self.by_seq.prefetch(key_hash(later.tokens_hash));
-                    }
-                    // A store may add an override, after which the fast path no longer applies.
-                    let plain = group == 0
-                        && self
-                            .slot_state(slot)
-                            .is_some_and(|state| state.overrides == 0);
-                    let stored = plain
-                        .then(|| {
-                            self.store_common(slot, block.block_hash, block.tokens_hash, guess)
-                        })
-                        .flatten();
-                    guess = match stored {
-                        Some(stored) => stored.wrapping_add(1),
-                        None => {
-                            self.store(slot, block.block_hash, block.tokens_hash);
-                            u32::MAX
-                        }
-                    };
-                }
-                self.counters.stored_blocks += blocks.len() as u64;
-                EventOutcome::Applied
-            }
-            KvEventData::Removed { block_hashes } => {
+            KvCacheEventData::Stored(store) => self.apply_stored(slot, event, store),
+            KvCacheEventData::Removed(remove) => {
                 let mut removed = 0u64;
-                for &engine in block_hashes {
-                    match self.block_of_engine(slot, engine) {
+                for engine in &remove.block_hashes {
+                    match self.block_of_engine(slot, engine.0) {
                         Some(block) => {
                             self.remove_membership(slot, block);
                             removed += 1;
@@ -532,13 +651,72 @@ impl KvIndex {
                     }
                 }
                 self.counters.removed_blocks += removed;
-                if removed == 0 && !block_hashes.is_empty() {
+                if removed == 0 && !remove.block_hashes.is_empty() {
                     EventOutcome::Ignored(IgnoreReason::UnknownBlocks)
                 } else {
                     EventOutcome::Applied
                 }
             }
         }
+    }
+
+    /// Stores blocks chained from their parent: each block's sequence hash is its local hash
+    /// chained onto the sequence hash of the block before it on this worker. A store whose
+    /// parent the worker does not hold, or that names its own parent among its blocks, is
+    /// rejected whole (as upstream does).
+    fn apply_stored(
+        &mut self,
+        slot: u32,
+        event: &RouterEvent,
+        store: &KvCacheStoreData,
+    ) -> EventOutcome {
+        let parent = match store.parent_hash {
+            None => None,
+            Some(parent) => {
+                if store.blocks.iter().any(|block| block.block_hash == parent) {
+                    tracing::warn!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store names its own parent; rejected");
+                    return EventOutcome::Ignored(IgnoreReason::InvalidBlockSequence);
+                }
+                match self.block_of_engine(slot, parent.0) {
+                    Some(block) => Some((block, SequenceHash(self.blocks.get(block).seq))),
+                    None => {
+                        self.counters.unknown_parents += 1;
+                        tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store of an unknown parent; rejected");
+                        return EventOutcome::Ignored(IgnoreReason::UnknownParent);
+                    }
+                }
+            }
+        };
+        let (group, _) = split(slot);
+        // The slab entry after the previous block's (the parent's, for the first): where a
+        // chain's next block usually is.
+        let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
+        let mut parent = parent.map(|(_, seq)| seq);
+        for (n, block) in store.blocks.iter().enumerate() {
+            // New blocks miss in `by_engine`: start the miss of a later block now.
+            if let Some(later) = store.blocks.get(n + STORE_AHEAD) {
+                self.by_engine.prefetch(key_hash(later.block_hash.0));
+            }
+            let seq = next_sequence_hash(parent, block.tokens_hash);
+            parent = Some(seq);
+            // A store may add an override, after which the fast path no longer applies.
+            let plain = group == 0
+                && self
+                    .slot_state(slot)
+                    .is_some_and(|state| state.overrides == 0);
+            let stored = plain
+                .then(|| self.store_common(slot, block.block_hash.0, seq.0, guess))
+                .flatten();
+            guess = match stored {
+                Some(stored) => stored.wrapping_add(1),
+                None => {
+                    self.store(slot, block.block_hash.0, seq.0);
+                    u32::MAX
+                }
+            };
+        }
+        self.counters.stored_blocks += store.blocks.len() as u64;
+        EventOutcome::Applied
     }
 
     fn slot_state(&self, slot: u32) -> Option<&SlotState> {
@@ -895,8 +1073,13 @@ impl KvIndex {
 }
 
 impl BlockLookup for KvIndex {
-    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64> {
-        self.engine_of(*self.by_worker.get(&worker)?, sequence_hash)
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
+        self.engine_of(*self.by_worker.get(&worker)?, sequence_hash.0)
+            .map(EngineBlockHash)
     }
 }
 

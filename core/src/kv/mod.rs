@@ -4,15 +4,24 @@
 mod block_slab;
 mod block_table;
 pub mod event;
+mod event_cursor;
 pub mod event_outcome;
 pub mod hashing;
 pub mod index;
 mod index_hasher;
+pub mod request_identity;
 
-pub use event::{KvEvent, KvEventData, MalformedEvent, StoredBlock};
+pub use crate::block_identity::{EngineBlockHash, LocalBlockHash, SequenceHash};
+pub use event::{
+    BlockExtraInfo, BlockMmObjectInfo, EventPlacement, KvCacheEvent, KvCacheEventData,
+    KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData, MalformedEvent, ResidencyDomain,
+    RouterEvent, StorageTier,
+};
 pub use event_outcome::{EventOutcome, IgnoreReason};
 pub use hashing::{
-    HASH_SEED, SequenceHashes, block_hashes, sequence_hashes, sequence_hashes_for_tokens,
+    HASH_SEED, SequenceHashes, block_hashes, full_blocks, local_block_hashes, next_sequence_hash,
+    salt_seed, sequence_hashes, sequence_hashes_for_request, sequence_hashes_for_tokens,
     sequence_hashes_from_block_ids, sequence_hashes_iter,
 };
-pub use index::{IndexCounters, KvIndex};
+pub use index::{IndexCounters, KvIndex, ReplayRequest, WorkerIndexState};
+pub use request_identity::RequestIdentity;

@@ -125,7 +125,7 @@ const FAMILIES: &[Family] = &[
     family(
         "counter",
         "kv_unknown_parents_total",
-        "Stored events whose parent the worker does not hold.",
+        "Stored events rejected because the worker does not hold their parent.",
         |m| Samples::One(m.events.unknown_parents),
     ),
     family(
@@ -133,6 +133,30 @@ const FAMILIES: &[Family] = &[
         "kv_clears_total",
         "Cleared events applied.",
         |m| Samples::One(m.events.clears),
+    ),
+    family(
+        "counter",
+        "kv_event_restarts_total",
+        "Engine restarts: a worker's event numbering started over at 0.",
+        |m| Samples::One(m.events.restarts),
+    ),
+    family(
+        "counter",
+        "kv_event_recoveries_total",
+        "Gaps in a worker's event numbering closed by a replay.",
+        |m| Samples::One(m.events.recoveries),
+    ),
+    family(
+        "counter",
+        "kv_event_recoveries_abandoned_total",
+        "Replays of lost events given up; the worker was reset.",
+        |m| Samples::One(m.events.abandoned_recoveries),
+    ),
+    family(
+        "gauge",
+        "kv_workers_awaiting_recovery",
+        "Workers awaiting a replay of lost events, not trusted until then.",
+        |m| Samples::One(m.events.workers_awaiting_recovery),
     ),
     family(
         "gauge",

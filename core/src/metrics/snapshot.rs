@@ -65,6 +65,14 @@ pub struct EventMetrics {
     pub unknown_parents: u64,
     /// `cleared` events applied.
     pub clears: u64,
+    /// Engine restarts (event numbering started over at 0).
+    pub restarts: u64,
+    /// Gaps in event numbering closed by a replay.
+    pub recoveries: u64,
+    /// Replays given up; the worker was reset.
+    pub abandoned_recoveries: u64,
+    /// Workers awaiting a replay of lost events, not trusted until then (a gauge).
+    pub workers_awaiting_recovery: u64,
 }
 
 impl EventMetrics {
@@ -81,6 +89,10 @@ impl EventMetrics {
             unknown_block_removals: counters.unknown_block_removals,
             unknown_parents: counters.unknown_parents,
             clears: counters.clears,
+            restarts: counters.restarts,
+            recoveries: counters.recoveries,
+            abandoned_recoveries: counters.abandoned_recoveries,
+            workers_awaiting_recovery: counters.workers_awaiting_recovery,
         }
     }
 }

@@ -3,15 +3,28 @@
 use crate::router::worker::WorkerId;
 use std::sync::Arc;
 
-/// The load the router has reserved on a worker at booking time.
+/// The load the router has reserved on a worker at booking time, as upstream's active-sequence
+/// tracking projects it for one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerLoad {
     /// Prompt tokens of bookings whose prefill has not completed.
     pub active_prefill_tokens: u64,
-    /// KV blocks of bookings that have not been released (decode load).
+    /// Distinct KV blocks of the bookings that have not been released (decode load): blocks
+    /// that several active requests on the worker share (same sequence hash) count once.
     pub active_blocks: u64,
     /// Bookings that have not been released.
     pub active_requests: u64,
+    /// Blocks of the request being booked that no active request on this worker shares: what
+    /// booking it here would add to `active_blocks` (upstream `additional_active_blocks`).
+    pub additional_active_blocks: u64,
+}
+
+impl WorkerLoad {
+    /// The worker's decode blocks if it took the request being booked: `active_blocks +
+    /// additional_active_blocks` (upstream `potential_decode_blocks`).
+    pub fn potential_decode_blocks(&self) -> u64 {
+        self.active_blocks + self.additional_active_blocks
+    }
 }
 
 /// One worker of the booking's role: how much of the request it already caches, its load, and

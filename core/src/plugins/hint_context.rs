@@ -1,6 +1,7 @@
 //! What a hint policy sees of one booking.
 
 use super::{Candidate, KvCopy, RequestView, SessionContext};
+use crate::block_identity::SequenceHash;
 use crate::router::worker::{Role, WorkerId};
 
 /// The booking a hint policy builds actions for: the request, the booked worker, and the KV copy
@@ -63,8 +64,14 @@ impl<'a> HintContext<'a> {
     }
 
     /// The request's sequence hashes, one per full block.
-    pub fn block_hashes(&self) -> &'a [u64] {
+    pub fn sequence_hashes(&self) -> &'a [SequenceHash] {
         self.request.sequence_hashes
+    }
+
+    /// The request's sequence hashes, under the name plugins written for earlier versions use;
+    /// the same as [`HintContext::sequence_hashes`] (they are not engine block hashes).
+    pub fn block_hashes(&self) -> &'a [SequenceHash] {
+        self.sequence_hashes()
     }
 
     /// Every candidate worker of the role with its cached prefix length, load and capabilities

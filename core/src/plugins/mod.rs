@@ -11,6 +11,7 @@ pub mod hint_action;
 pub mod hint_context;
 pub mod hint_host;
 pub mod kv_copy;
+pub mod kv_fetch_payload;
 pub mod name;
 pub mod parameters;
 pub mod policy_error;
@@ -31,6 +32,7 @@ pub use hint_action::HintAction;
 pub use hint_context::HintContext;
 pub use hint_host::HintHost;
 pub use kv_copy::KvCopy;
+pub use kv_fetch_payload::{KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload};
 pub use parameters::{
     HintPolicyParameters, ParameterError, ParameterErrorKind, PolicyParameters,
     WorkerSelectionParameters,

@@ -1,13 +1,18 @@
 //! The read-only view of one request that every policy of a booking shares.
 
 use super::{Candidate, SessionContext};
+use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::router::worker::{Role, WorkerId};
 
 /// Resolves the engine's own block ids (what `kv.fetch` payloads name) from the router's index.
 pub trait BlockLookup: Send + Sync {
     /// The engine `block_hash` that `worker` reported for the block whose sequence hash is
     /// `sequence_hash`, if the index knows it.
-    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64>;
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash>;
 
     /// The engine block hashes that `worker` reported for `sequence_hashes`, the request's
     /// blocks `first_block..first_block + sequence_hashes.len()`, or `None` if the index lacks
@@ -17,8 +22,8 @@ pub trait BlockLookup: Send + Sync {
         &self,
         worker: WorkerId,
         first_block: usize,
-        sequence_hashes: &[u64],
-    ) -> Option<Vec<u64>> {
+        sequence_hashes: &[SequenceHash],
+    ) -> Option<Vec<EngineBlockHash>> {
         let _ = first_block;
         sequence_hashes
             .iter()
@@ -32,7 +37,11 @@ pub trait BlockLookup: Send + Sync {
 pub struct NoBlockLookup;
 
 impl BlockLookup for NoBlockLookup {
-    fn engine_block_hash(&self, _worker: WorkerId, _sequence_hash: u64) -> Option<u64> {
+    fn engine_block_hash(
+        &self,
+        _worker: WorkerId,
+        _sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
         None
     }
 }
@@ -52,7 +61,7 @@ pub struct RequestView<'a> {
     /// The caller's session context.
     pub session: &'a SessionContext,
     /// The request's sequence hashes, one per full block, in order.
-    pub sequence_hashes: &'a [u64],
+    pub sequence_hashes: &'a [SequenceHash],
     /// The role's registered workers with their cached prefix lengths and loads.
     pub candidates: &'a [Candidate],
     /// Resolves engine block ids from the index.
@@ -78,7 +87,7 @@ impl<'a> RequestView<'a> {
         &self,
         worker: WorkerId,
         range: std::ops::Range<usize>,
-    ) -> Option<Vec<u64>> {
+    ) -> Option<Vec<EngineBlockHash>> {
         let first_block = range.start;
         let hashes = self.sequence_hashes.get(range)?;
         self.blocks.engine_block_hashes(worker, first_block, hashes)

@@ -2,6 +2,7 @@
 //! canonical ids the overlap pass recorded (a slice copy), and asks the index only for workers
 //! that report their own engine ids or for blocks outside what the pass saw.
 
+use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::kv::KvIndex;
 use crate::plugins::BlockLookup;
 use crate::router::worker::WorkerId;
@@ -11,9 +12,9 @@ pub(crate) struct BookingLookup<'a> {
     /// The index, under the booking's read lock.
     pub(crate) index: &'a KvIndex,
     /// The request's sequence hashes.
-    pub(crate) sequence_hashes: &'a [u64],
+    pub(crate) sequence_hashes: &'a [SequenceHash],
     /// The canonical engine hash of each block below the longest cached prefix.
-    pub(crate) engines: &'a [u64],
+    pub(crate) engines: &'a [EngineBlockHash],
     /// The candidates, sorted by id.
     pub(crate) workers: &'a [WorkerId],
     /// Each candidate's cached prefix length, in `workers` order.
@@ -24,7 +25,12 @@ impl BookingLookup<'_> {
     /// The recorded engine hashes of blocks `first..first + hashes.len()`, when they are
     /// `worker`'s own: the blocks are within its cached prefix, `hashes` are the request's, and
     /// the worker holds every block under its canonical engine id.
-    fn recorded(&self, worker: WorkerId, first: usize, hashes: &[u64]) -> Option<&[u64]> {
+    fn recorded(
+        &self,
+        worker: WorkerId,
+        first: usize,
+        hashes: &[SequenceHash],
+    ) -> Option<&[EngineBlockHash]> {
         let end = first.checked_add(hashes.len())?;
         let position = self.workers.binary_search(&worker).ok()?;
         if end > *self.lengths.get(position)? {
@@ -42,7 +48,11 @@ impl BookingLookup<'_> {
 }
 
 impl BlockLookup for BookingLookup<'_> {
-    fn engine_block_hash(&self, worker: WorkerId, sequence_hash: u64) -> Option<u64> {
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
         self.index.engine_block_hash(worker, sequence_hash)
     }
 
@@ -50,8 +60,8 @@ impl BlockLookup for BookingLookup<'_> {
         &self,
         worker: WorkerId,
         first_block: usize,
-        sequence_hashes: &[u64],
-    ) -> Option<Vec<u64>> {
+        sequence_hashes: &[SequenceHash],
+    ) -> Option<Vec<EngineBlockHash>> {
         if let Some(recorded) = self.recorded(worker, first_block, sequence_hashes) {
             return Some(recorded.to_vec());
         }
@@ -63,28 +73,30 @@ impl BlockLookup for BookingLookup<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::{KvEvent, KvEventData, StoredBlock};
+    use crate::block_identity::LocalBlockHash;
+    use crate::kv::{KvCacheEventData, RouterEvent, sequence_hashes};
 
     fn worker(n: u64) -> WorkerId {
         WorkerId::new(n, 0)
     }
 
-    fn store(index: &mut KvIndex, w: u64, id: u64, blocks: &[(u64, u64)]) {
-        let event = KvEvent::new(
+    /// Worker `w` stores blocks `(engine id, local hash)` from the root.
+    fn store(index: &mut KvIndex, w: u64, blocks: &[(u64, u64)]) {
+        let event = RouterEvent::new(
             worker(w),
-            id,
-            KvEventData::Stored {
-                parent_hash: None,
-                blocks: blocks
+            0,
+            KvCacheEventData::stored(
+                None,
+                blocks
                     .iter()
-                    .map(|(engine, seq)| StoredBlock {
-                        block_hash: *engine,
-                        tokens_hash: *seq,
-                    })
-                    .collect(),
-            },
+                    .map(|(engine, local)| (EngineBlockHash(*engine), LocalBlockHash(*local))),
+            ),
         );
         let _ = index.apply(&event);
+    }
+
+    fn engines(ids: &[u64]) -> Vec<EngineBlockHash> {
+        ids.iter().copied().map(EngineBlockHash).collect()
     }
 
     #[test]
@@ -93,33 +105,28 @@ mod tests {
         for w in 1..=3 {
             index.add_worker(worker(w));
         }
-        let seqs = [10u64, 11, 12, 13];
+        let seqs = sequence_hashes(&[10, 11, 12, 13].map(LocalBlockHash));
         // Worker 1 reports canonical ids, worker 2 its own for blocks 1 and 2, worker 3 holds
         // only the first two blocks.
-        store(
-            &mut index,
-            1,
-            0,
-            &[(100, 10), (101, 11), (102, 12), (103, 13)],
-        );
-        store(&mut index, 2, 0, &[(100, 10), (901, 11), (902, 12)]);
-        store(&mut index, 3, 0, &[(100, 10), (101, 11)]);
+        store(&mut index, 1, &[(100, 10), (101, 11), (102, 12), (103, 13)]);
+        store(&mut index, 2, &[(100, 10), (901, 11), (902, 12)]);
+        store(&mut index, 3, &[(100, 10), (101, 11)]);
         let workers = [worker(1), worker(2), worker(3)];
-        let (mut lengths, mut engines) = (Vec::new(), Vec::new());
-        index.prefix_lengths_and_engines(&seqs, &workers, &mut lengths, &mut engines);
+        let (mut lengths, mut recorded) = (Vec::new(), Vec::new());
+        index.prefix_lengths_and_engines(&seqs, &workers, &mut lengths, &mut recorded);
         assert_eq!(lengths, [4, 3, 2]);
-        assert_eq!(engines, [100, 101, 102, 103]);
+        assert_eq!(recorded, engines(&[100, 101, 102, 103]));
         let lookup = BookingLookup {
             index: &index,
             sequence_hashes: &seqs,
-            engines: &engines,
+            engines: &recorded,
             workers: &workers,
             lengths: &lengths,
         };
         for w in &workers {
             for first in 0..=seqs.len() {
                 for end in first..=seqs.len() {
-                    let expected: Option<Vec<u64>> = seqs[first..end]
+                    let expected: Option<Vec<EngineBlockHash>> = seqs[first..end]
                         .iter()
                         .map(|seq| index.engine_block_hash(*w, *seq))
                         .collect();
@@ -137,12 +144,12 @@ mod tests {
         }
         assert_eq!(
             lookup.engine_block_hashes(worker(2), 1, &seqs[1..3]),
-            Some(vec![901, 902])
+            Some(engines(&[901, 902]))
         );
         // A first block that does not match the hashes falls back to the index.
         assert_eq!(
             lookup.engine_block_hashes(worker(1), 0, &seqs[2..4]),
-            Some(vec![102, 103])
+            Some(engines(&[102, 103]))
         );
         assert_eq!(lookup.engine_block_hashes(worker(9), 0, &seqs[..1]), None);
     }

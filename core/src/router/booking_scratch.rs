@@ -1,6 +1,7 @@
 //! Per-thread buffers a booking reuses, so the common booking allocates nothing for its hashes,
 //! overlaps, recorded engine ids and candidate list.
 
+use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::plugins::Candidate;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
@@ -12,11 +13,11 @@ const KEEP_AT_MOST: usize = 1 << 16;
 #[derive(Default)]
 pub(crate) struct BookingScratch {
     /// The request's sequence hashes.
-    pub(crate) hashes: Vec<u64>,
+    pub(crate) hashes: Vec<SequenceHash>,
     /// Each candidate's cached prefix length.
     pub(crate) lengths: Vec<usize>,
     /// The canonical engine hash of each block below the longest cached prefix.
-    pub(crate) engines: Vec<u64>,
+    pub(crate) engines: Vec<EngineBlockHash>,
     /// The candidates of the last booking on this thread.
     pub(crate) candidates: Vec<Candidate>,
     /// The generation of the role worker list `candidates` was built from (0: none).

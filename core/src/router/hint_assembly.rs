@@ -5,7 +5,7 @@
 use super::MAX_HINT_ACTIONS;
 use super::setup::RoleHint;
 use crate::metrics::PolicyFailureCounter;
-use crate::plugins::{Commitments, HintAction, HintContext};
+use crate::plugins::{Commitments, HintAction, HintContext, PolicyError};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -35,7 +35,8 @@ pub(crate) fn assemble(
     let mut copy_sender_seen = false;
     for (position, hint) in hints.iter().enumerate() {
         assembled.policies_run += 1;
-        let outcome = catch_unwind(AssertUnwindSafe(|| hint.policy.policy.build_hints(context)));
+        let outcome = catch_unwind(AssertUnwindSafe(|| hint.policy.policy.build_hints(context)))
+            .map(|result| result.and_then(object_payloads));
         let sends_copy = hint.policy.commitments.contains(Commitments::KV_COPY);
         let actions = match outcome {
             Ok(Ok(actions)) => actions,
@@ -82,6 +83,34 @@ pub(crate) fn assemble(
     assembled.actions = kept;
     assembled.dropped = dropped;
     assembled
+}
+
+/// The actions, if every payload is a JSON object (upstream's envelope holds payloads as maps;
+/// a worker could not read anything else); else the policy's error.
+fn object_payloads(actions: Vec<HintAction>) -> Result<Vec<HintAction>, PolicyError> {
+    match actions
+        .iter()
+        .position(|action| !action.payload.is_object())
+    {
+        None => Ok(actions),
+        Some(index) => {
+            let action = &actions[index];
+            let kind = match &action.payload {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "boolean",
+                serde_json::Value::Number(_) => "number",
+                serde_json::Value::String(_) => "string",
+                serde_json::Value::Array(_) => "array",
+                serde_json::Value::Object(_) => "object",
+            };
+            Err(PolicyError::new(format!(
+                "action {} (`{}@{}`) has a {kind} payload; an action's payload must be a JSON object",
+                index + 1,
+                action.action_type,
+                action.action_version
+            )))
+        }
+    }
 }
 
 /// Keeps at most `limit` actions, dropping from the end but never the one at `protected`.

@@ -2,7 +2,7 @@
 //! prefill completed and that the request finished, or until the booking's TTL expires.
 
 use super::worker::Role;
-use super::workers::WorkerEntry;
+use super::workers::{ActiveChain, WorkerEntry};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,13 +12,13 @@ struct Reservation {
     role: Role,
     worker: Arc<WorkerEntry>,
     prefill_tokens: u64,
-    blocks: u64,
+    chain: ActiveChain,
     generation: u64,
 }
 
 impl Reservation {
     fn release(self) {
-        self.worker.load.sub(self.prefill_tokens, self.blocks);
+        self.worker.load.sub(self.prefill_tokens, &self.chain);
     }
 }
 
@@ -40,24 +40,24 @@ impl LoadLedger {
         role: Role,
         worker: &Arc<WorkerEntry>,
         prefill_tokens: u64,
-        blocks: u64,
+        chain: ActiveChain,
         deadline: Instant,
     ) {
         let generation = self.next_generation;
         self.next_generation += 1;
-        worker.load.add(prefill_tokens, blocks);
-        let reservation = Reservation {
-            role,
-            worker: Arc::clone(worker),
-            prefill_tokens,
-            blocks,
-            generation,
-        };
         let bookings = self.active.entry(request_id.to_owned()).or_default();
         if let Some(position) = bookings.iter().position(|r| r.role == role) {
             bookings.swap_remove(position).release();
             self.reservations -= 1;
         }
+        worker.load.add(prefill_tokens, &chain);
+        let reservation = Reservation {
+            role,
+            worker: Arc::clone(worker),
+            prefill_tokens,
+            chain,
+            generation,
+        };
         bookings.push(reservation);
         self.reservations += 1;
         self.expiry

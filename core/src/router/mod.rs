@@ -24,13 +24,14 @@ mod state_lock;
 pub mod worker;
 mod workers;
 
-pub use crate::kv::{EventOutcome, IgnoreReason};
+pub use crate::kv::{EventOutcome, IgnoreReason, ReplayRequest};
 pub use booking::{BookError, Booking, BookingStats};
 pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::kv::{KvEvent, KvIndex, sequence_hashes_iter};
+use crate::block_identity::SequenceHash;
+use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter};
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
     Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
@@ -45,8 +46,9 @@ use parking_lot::Mutex;
 use state_lock::StateLock;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{WorkerEntry, Workers};
+use workers::{ActiveChain, WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
@@ -180,18 +182,51 @@ impl Router {
             .collect()
     }
 
-    /// Applies one KV event; anomalies are counted and change nothing.
-    pub fn apply_event(&self, event: &KvEvent) -> EventOutcome {
+    /// Applies one KV event (upstream's `RouterEvent`); anomalies are counted and change
+    /// nothing. When it returns `Ignored(IgnoreReason::Gap)` the worker lost events: ask its
+    /// engine to replay from [`Router::replay_request`] and feed the replayed events here, in
+    /// order; until then the worker is not trusted (it gets no cached prefix).
+    pub fn apply_event(&self, event: &RouterEvent) -> EventOutcome {
         let outcome = self.state.write().index.apply(event);
         if let EventOutcome::Ignored(reason) = outcome {
-            tracing::debug!(worker = %event.worker, event_id = event.event_id, %reason, "KV event ignored");
+            tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %reason, "KV event ignored");
         }
         outcome
     }
 
-    /// Reads one KV event from JSON and applies it; malformed input is counted and ignored.
+    /// Applies events that arrived together (one engine batch), in order, under one lock.
+    /// Consecutive events of one worker that share an `event_id` count as one numbered
+    /// delivery, as upstream numbers a whole engine batch by its sequence number.
+    pub fn apply_event_batch(&self, events: &[RouterEvent]) -> Vec<EventOutcome> {
+        self.state.write().index.apply_batch(events)
+    }
+
+    /// The first event id `worker` must replay, if it lost events.
+    pub fn replay_request(&self, worker: WorkerId) -> Option<u64> {
+        self.state.read().index.replay_request(worker)
+    }
+
+    /// Every worker awaiting a replay of lost events, sorted by worker.
+    pub fn replay_requests(&self) -> Vec<ReplayRequest> {
+        self.state.read().index.replay_requests()
+    }
+
+    /// Gives up on replaying `worker`'s lost events (the engine could not replay them): its
+    /// cache state is reset and its next event, whatever its id, starts its stream again.
+    /// Returns `false` if the worker is not registered.
+    pub fn abandon_recovery(&self, worker: WorkerId) -> bool {
+        self.state.write().index.abandon_recovery(worker)
+    }
+
+    /// What the index knows about `worker`: blocks held, last event id, pending replay.
+    pub fn worker_index_state(&self, worker: WorkerId) -> Option<WorkerIndexState> {
+        self.state.read().index.worker_state(worker)
+    }
+
+    /// Reads one KV event from upstream's JSON form and applies it; malformed input is counted
+    /// and ignored.
     pub fn apply_event_json(&self, json: &str) -> EventOutcome {
-        match KvEvent::from_json(json) {
+        match RouterEvent::from_json(json) {
             Ok(event) => self.apply_event(&event),
             Err(error) => {
                 tracing::debug!(%error, "malformed KV event ignored");
@@ -202,7 +237,7 @@ impl Router {
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches, per the index.
-    pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[u64]) -> usize {
+    pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         self.state
             .read()
             .index
@@ -274,9 +309,9 @@ impl Router {
         &self,
         request_id: &str,
         role: Role,
-        worker: &std::sync::Arc<WorkerEntry>,
+        worker: &Arc<WorkerEntry>,
         prefill_tokens: usize,
-        blocks: usize,
+        chain: ActiveChain,
         now: Instant,
     ) {
         let deadline = now + self.options.booking_ttl;
@@ -285,7 +320,7 @@ impl Router {
             role,
             worker,
             prefill_tokens as u64,
-            blocks as u64,
+            chain,
             deadline,
         );
     }
@@ -313,10 +348,15 @@ impl Router {
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let hashes: &[u64] = match &request.prompt {
-            Prompt::Tokens(tokens) => {
+        let hashes: &[SequenceHash] = match &request.prompt {
+            Prompt::Tokens(tokens) if request.identity.is_plain() => {
                 hash_buffer.clear();
                 hash_buffer.extend(sequence_hashes_iter(tokens, block_size));
+                hash_buffer
+            }
+            Prompt::Tokens(tokens) => {
+                *hash_buffer =
+                    crate::kv::sequence_hashes_for_request(tokens, block_size, &request.identity);
                 hash_buffer
             }
             Prompt::Blocks {
@@ -335,7 +375,7 @@ impl Router {
                 .zip(lengths.iter())
             {
                 candidate.cached_blocks = *cached_blocks;
-                candidate.load = entry.load.snapshot();
+                candidate.load = entry.load.projection(hashes);
             }
         } else {
             candidates.clear();
@@ -343,7 +383,7 @@ impl Router {
                 |(entry, cached_blocks)| Candidate {
                     worker: entry.info.id,
                     cached_blocks: *cached_blocks,
-                    load: entry.load.snapshot(),
+                    load: entry.load.projection(hashes),
                     router_hint: entry.info.capabilities.router_hint,
                     source_endpoint: entry.source_endpoint.clone(),
                 },
@@ -395,7 +435,10 @@ impl Router {
             role,
             booked,
             prefill_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes)),
+                untracked_blocks: 0,
+            },
             start,
         );
 
@@ -477,7 +520,7 @@ impl Router {
         let block_size = self.setup.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
         let blocks = match &request.prompt {
-            Prompt::Tokens(tokens) => tokens.len() / block_size.max(1) as usize,
+            Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),
             Prompt::Blocks {
                 sequence_hashes, ..
             } => sequence_hashes.len(),
@@ -495,7 +538,10 @@ impl Router {
             role,
             booked,
             prompt_tokens,
-            prompt_tokens.div_ceil(block_size.max(1) as usize),
+            ActiveChain {
+                hashes: None,
+                untracked_blocks: blocks as u64,
+            },
             start,
         );
         drop(state);

@@ -1,5 +1,7 @@
 //! A request to book: its id, role, prompt and session.
 
+use crate::block_identity::SequenceHash;
+use crate::kv::RequestIdentity;
 use crate::plugins::SessionContext;
 use crate::router::worker::Role;
 
@@ -14,6 +16,10 @@ pub struct RouteRequest {
     pub prompt: Prompt,
     /// The caller's session context, passed to policies.
     pub session: SessionContext,
+    /// What besides its tokens identifies the request's blocks: LoRA, cache namespace,
+    /// multimodal objects, Eagle. Used when the prompt is tokens; requests under different
+    /// identities never match each other's cache.
+    pub identity: RequestIdentity,
 }
 
 /// A prompt: its tokens, or its precomputed per-block sequence hashes (for example from a trace).
@@ -24,7 +30,7 @@ pub enum Prompt {
     /// Sequence hashes already computed (one per full block) and the prompt length in tokens.
     Blocks {
         /// The sequence hashes, one per full block, in order.
-        sequence_hashes: Vec<u64>,
+        sequence_hashes: Vec<SequenceHash>,
         /// The prompt length in tokens.
         prompt_tokens: usize,
     },
@@ -38,7 +44,14 @@ impl RouteRequest {
             role,
             prompt,
             session: SessionContext::default(),
+            identity: RequestIdentity::default(),
         }
+    }
+
+    /// The same request under `identity` (LoRA, cache namespace, multimodal objects, Eagle).
+    pub fn with_identity(mut self, identity: RequestIdentity) -> Self {
+        self.identity = identity;
+        self
     }
 
     /// The same request in `session`.

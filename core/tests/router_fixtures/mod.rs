@@ -1,7 +1,9 @@
 //! Small policies and setups for the router's tests.
 #![allow(dead_code)]
 
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, RouterEvent, SequenceHash, block_hashes, sequence_hashes,
+};
 use dynamo_kv_router::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use dynamo_kv_router::plugins::{
     Commitments, HintAction, HintContext, HintPolicy, KvCopy, PolicyError, Selection,
@@ -134,7 +136,7 @@ impl HintPolicy for CopySender {
         };
         let hashes = context
             .request()
-            .engine_block_hashes(source.worker, booked..source.cached_blocks)
+            .engine_block_hashes(source.worker, 0..source.cached_blocks)
             .ok_or_else(|| PolicyError::new("index lacks engine hashes"))?;
         Ok(vec![HintAction::new(
             "kv.fetch",
@@ -218,26 +220,26 @@ pub fn request(id: &str, role: Role, tokens: Vec<u32>) -> RouteRequest {
 }
 
 /// Engine hash the tests' workers report for a sequence hash.
-pub fn engine_of(seq: u64) -> u64 {
-    seq.rotate_left(17) ^ 0xE0E0
+pub fn engine_of(seq: SequenceHash) -> EngineBlockHash {
+    EngineBlockHash(seq.0.rotate_left(17) ^ 0xE0E0)
 }
 
-/// A `stored` event for the first `blocks` blocks of `prompt` on `worker`.
-pub fn stored(worker: WorkerId, event_id: u64, prompt: &[u32], blocks: usize) -> KvEvent {
-    let hashes = sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
-    KvEvent::new(
-        worker,
-        event_id,
-        KvEventData::Stored {
-            parent_hash: None,
-            blocks: hashes
-                .iter()
-                .take(blocks)
-                .map(|seq| StoredBlock {
-                    block_hash: engine_of(*seq),
-                    tokens_hash: *seq,
-                })
-                .collect(),
-        },
-    )
+/// A `stored` event for the first `blocks` blocks of `prompt` on `worker`, from the root: each
+/// block named by its engine hash and carrying its local hash, as engines report them.
+pub fn stored(worker: WorkerId, event_id: u64, prompt: &[u32], blocks: usize) -> RouterEvent {
+    stored_range(worker, event_id, prompt, 0..blocks)
+}
+
+/// A `stored` event for blocks `range` of `prompt` on `worker`, chained to the block before.
+pub fn stored_range(
+    worker: WorkerId,
+    event_id: u64,
+    prompt: &[u32],
+    range: std::ops::Range<usize>,
+) -> RouterEvent {
+    let local = block_hashes(prompt, BLOCK_SIZE);
+    let seq = sequence_hashes(&local);
+    let parent = range.start.checked_sub(1).map(|p| engine_of(seq[p]));
+    let blocks = range.map(|i| (engine_of(seq[i]), local[i]));
+    RouterEvent::new(worker, event_id, KvCacheEventData::stored(parent, blocks))
 }

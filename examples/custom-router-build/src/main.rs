@@ -37,7 +37,7 @@ impl HintPolicy for SessionWarmup {
         let Some(session) = context.session().session_id.as_deref() else {
             return Ok(Vec::new());
         };
-        let blocks = context.block_hashes().len().min(self.config.blocks);
+        let blocks = context.sequence_hashes().len().min(self.config.blocks);
         Ok(vec![HintAction::new(
             "session.warmup",
             "1.0",

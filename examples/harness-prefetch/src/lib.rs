@@ -68,7 +68,7 @@ impl HintPolicy for HarnessPrefetch {
         let Some(session_id) = context.session().session_id.as_deref() else {
             return Ok(Vec::new());
         };
-        let hashes = context.block_hashes();
+        let hashes = context.sequence_hashes();
         let first_block = context.booked_cached_blocks().min(hashes.len());
         let end = first_block
             .saturating_add(self.config.max_blocks)

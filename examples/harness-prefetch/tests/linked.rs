@@ -31,7 +31,7 @@ fn hints(policy: &ConstructedHint, session: &SessionContext, cached: usize) -> V
         router_hint: true,
         source_endpoint: None,
     }];
-    let hashes = [11, 22, 33, 44, 55];
+    let hashes = [11, 22, 33, 44, 55].map(dynamo_kv_router::kv::SequenceHash);
     let request = RequestView {
         request_id: "r1",
         role: Role::Decode,

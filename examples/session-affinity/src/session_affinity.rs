@@ -133,6 +133,7 @@ mod tests {
                 active_prefill_tokens: 0,
                 active_blocks,
                 active_requests,
+                additional_active_blocks: 0,
             },
             router_hint: false,
             source_endpoint: None,

@@ -2,7 +2,10 @@
 //! without `router_hint`, prompts, and `stored` events with engine block hashes.
 
 use dynamo_kv_router::config::{self, ConfigError, ConfigOverrides, ConfigSource};
-use dynamo_kv_router::kv::{KvEvent, KvEventData, StoredBlock, sequence_hashes_for_tokens};
+use dynamo_kv_router::kv::{
+    EngineBlockHash, KvCacheEventData, RouterEvent, SequenceHash, block_hashes,
+    sequence_hashes_for_tokens,
+};
 use dynamo_kv_router::plugins::{PolicyRegistry, SessionContext};
 use dynamo_kv_router::router::{
     Booking, Prompt, Role, RouteRequest, Router, RouterOptions, RouterSetup, WorkerCapabilities,
@@ -53,34 +56,25 @@ pub fn prompt(first_token: u32, blocks: u32) -> Vec<u32> {
 }
 
 /// The engine's own id for block `index` of worker `id` (what `kv.fetch` must name).
-pub fn engine_hash(id: u64, index: usize) -> u64 {
-    0x00e0_0000_0000 + id * 0x1_0000 + index as u64
+pub fn engine_hash(id: u64, index: usize) -> EngineBlockHash {
+    EngineBlockHash(0x00e0_0000_0000 + id * 0x1_0000 + index as u64)
 }
 
 /// The router-computable sequence hashes of `tokens`.
-pub fn sequence_hashes(tokens: &[u32]) -> Vec<u64> {
+#[allow(dead_code)]
+pub fn sequence_hashes(tokens: &[u32]) -> Vec<SequenceHash> {
     sequence_hashes_for_tokens(tokens, BLOCK_SIZE)
 }
 
-/// Event `event_id` of worker `id`: it stored the first `blocks` blocks of `tokens` from the root.
-pub fn stored(id: u64, event_id: u64, tokens: &[u32], blocks: usize) -> KvEvent {
-    let blocks = sequence_hashes(tokens)
+/// Event `event_id` of worker `id`: it stored the first `blocks` blocks of `tokens` from the
+/// root, each named by its engine hash and carrying its local hash, as engines report them.
+pub fn stored(id: u64, event_id: u64, tokens: &[u32], blocks: usize) -> RouterEvent {
+    let blocks = block_hashes(tokens, BLOCK_SIZE)
         .into_iter()
         .take(blocks)
         .enumerate()
-        .map(|(index, tokens_hash)| StoredBlock {
-            block_hash: engine_hash(id, index),
-            tokens_hash,
-        })
-        .collect();
-    KvEvent::new(
-        worker(id),
-        event_id,
-        KvEventData::Stored {
-            parent_hash: None,
-            blocks,
-        },
-    )
+        .map(|(index, local)| (engine_hash(id, index), local));
+    RouterEvent::new(worker(id), event_id, KvCacheEventData::stored(None, blocks))
 }
 
 /// Books `request_id` for `role` with `tokens`, in `session` when given.
@@ -106,12 +100,12 @@ pub fn envelope(booking: &Booking) -> Option<String> {
 }
 
 /// `[a, b, c]` as JSON.
-pub fn json_list(values: &[u64]) -> String {
+pub fn json_list<T: serde::Serialize>(values: &[T]) -> String {
     serde_json::to_string(values).expect("numbers serialise")
 }
 
 /// Applies `event`, which must change the index.
-pub fn apply(router: &Router, event: &KvEvent) {
+pub fn apply(router: &Router, event: &RouterEvent) {
     assert_eq!(
         router.apply_event(event),
         dynamo_kv_router::kv::EventOutcome::Applied,
