@@ -6,7 +6,9 @@
 //! selection and the hint policies, so every policy of a booking sees one consistent index;
 //! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
 //! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
-//! is caught anyway) and it keeps writers from starving under a stream of bookings. Loads are
+//! is caught anyway) and it keeps writers from starving under a stream of bookings. A booking
+//! that finds an event applying spins briefly rather than parking, so it takes the lock in the
+//! gap before the next event instead of waiting out a stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
@@ -18,6 +20,7 @@ mod hint_assembly;
 mod load;
 pub mod request;
 pub mod setup;
+mod state_lock;
 pub mod worker;
 mod workers;
 
@@ -42,7 +45,8 @@ use booking_lookup::BookingLookup;
 use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
 use load::LoadLedger;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
+use state_lock::StateLock;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -105,7 +109,7 @@ struct RouterState {
 pub struct Router {
     setup: RouterSetup,
     options: RouterOptions,
-    state: RwLock<RouterState>,
+    state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
     metrics: RouterMetrics,
     policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
@@ -136,7 +140,7 @@ impl Router {
         Router {
             setup,
             options,
-            state: RwLock::new(RouterState::default()),
+            state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
             metrics: RouterMetrics::default(),
             policy_failures,
