@@ -1,7 +1,7 @@
 //! The HTTP routes (upstream's selection-service paths), their JSON bodies and error answers.
 
 use crate::error::{ServiceError, json_error, json_ok};
-use crate::json_body::{JsonBody, Refused, json_response};
+use crate::json_body::{JsonBody, PromptBody, Refused, json_response};
 use crate::selection_request::{OverlapScoresRequest, ReservationRequest, SelectRequest};
 use crate::selection_service::SelectionService;
 use crate::worker_record::{WorkerPatchRequest, WorkerRequest};
@@ -25,6 +25,10 @@ struct FilterQuery {
 
 fn body<T>(payload: Result<JsonBody<T>, Refused>) -> Result<T, Refused> {
     payload.map(|JsonBody(value)| value)
+}
+
+fn prompt_body<T>(payload: Result<PromptBody<T>, Refused>) -> Result<T, Refused> {
+    payload.map(|PromptBody(value)| value)
 }
 
 fn path<T>(value: Result<Path<T>, PathRejection>) -> Result<T, Refused> {
@@ -90,9 +94,9 @@ async fn list_workers(
 
 async fn select(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<JsonBody<SelectRequest>, Refused>,
+    payload: Result<PromptBody<SelectRequest>, Refused>,
 ) -> Response {
-    match body(payload) {
+    match prompt_body(payload) {
         Ok(request) => answer(StatusCode::OK, service.select(request)),
         Err(refused) => refused.into_response(),
     }
@@ -100,9 +104,9 @@ async fn select(
 
 async fn select_and_reserve(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<JsonBody<SelectRequest>, Refused>,
+    payload: Result<PromptBody<SelectRequest>, Refused>,
 ) -> Response {
-    match body(payload) {
+    match prompt_body(payload) {
         Ok(request) => answer(StatusCode::OK, service.select_and_reserve(request)),
         Err(refused) => refused.into_response(),
     }
@@ -110,9 +114,9 @@ async fn select_and_reserve(
 
 async fn create_reservation(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<JsonBody<ReservationRequest>, Refused>,
+    payload: Result<PromptBody<ReservationRequest>, Refused>,
 ) -> Response {
-    match body(payload) {
+    match prompt_body(payload) {
         Ok(request) => answer(StatusCode::CREATED, service.create_reservation(request)),
         Err(refused) => refused.into_response(),
     }
@@ -167,9 +171,9 @@ async fn loads(
 
 async fn overlap_scores(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
+    payload: Result<PromptBody<OverlapScoresRequest>, Refused>,
 ) -> Response {
-    match body(payload) {
+    match prompt_body(payload) {
         Ok(request) => answer(StatusCode::OK, service.overlap_scores(request)),
         Err(refused) => refused.into_response(),
     }
@@ -177,9 +181,9 @@ async fn overlap_scores(
 
 async fn potential_loads(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
+    payload: Result<PromptBody<OverlapScoresRequest>, Refused>,
 ) -> Response {
-    match body(payload) {
+    match prompt_body(payload) {
         Ok(request) => answer(StatusCode::OK, service.potential_loads(request)),
         Err(refused) => refused.into_response(),
     }

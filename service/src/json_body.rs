@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::token_array::split_token_ids;
+
 /// A request body read as JSON into `T`.
 pub struct JsonBody<T>(pub T);
 
@@ -71,7 +73,19 @@ fn json_content_type(headers: &HeaderMap) -> bool {
 
 /// Reads `bytes` as `T`: 400 for bad syntax or trailing characters, 422 for data that does not
 /// fit `T` (the message names the field's path).
+///
+/// Well-formed bodies are read by `serde_json` alone; only a refused body is read again with
+/// path tracking to name the field in its message (tracking every element of a long
+/// `token_ids` array would cost a large share of a booking).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Refused> {
+    match serde_json::from_slice(bytes) {
+        Ok(value) => Ok(value),
+        Err(_) => parse_tracked(bytes),
+    }
+}
+
+/// [`parse`] with the failing field's path in the message.
+fn parse_tracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Refused> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| match error
         .inner()
@@ -95,6 +109,44 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Refused> {
     Ok(value)
 }
 
+/// A request body with a top-level `token_ids` array (the prompt bodies).
+pub trait TokenIdsBody: DeserializeOwned {
+    /// The body's `token_ids`.
+    fn token_ids_mut(&mut self) -> &mut Option<Vec<u32>>;
+}
+
+/// Reads a prompt body as [`parse`] does, with its `token_ids` array read by the fast path of
+/// [`split_token_ids`]; bodies that path steps aside from (and refused ones) are read by
+/// [`parse`] itself, so answers and messages are the same.
+pub fn parse_prompt<T: TokenIdsBody>(bytes: &[u8]) -> Result<T, Refused> {
+    if let Some(split) = split_token_ids(bytes)
+        && let Ok(mut value) = serde_json::from_slice::<T>(&split.rest)
+    {
+        let tokens = value.token_ids_mut();
+        if tokens.as_ref().is_some_and(Vec::is_empty) {
+            *tokens = Some(split.token_ids);
+            return Ok(value);
+        }
+    }
+    parse(bytes)
+}
+
+/// A prompt request body read as JSON into `T` by [`parse_prompt`].
+pub struct PromptBody<T>(pub T);
+
+/// The body of a request that says it is JSON, or why it was refused.
+async fn json_bytes<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, Refused> {
+    if !json_content_type(request.headers()) {
+        return Err(Refused(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Expected request with `Content-Type: application/json`".to_owned(),
+        ));
+    }
+    Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| Refused(rejection.status(), rejection.body_text()))
+}
+
 impl<T, S> FromRequest<S> for JsonBody<T>
 where
     T: DeserializeOwned,
@@ -103,16 +155,21 @@ where
     type Rejection = Refused;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if !json_content_type(request.headers()) {
-            return Err(Refused(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "Expected request with `Content-Type: application/json`".to_owned(),
-            ));
-        }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| Refused(rejection.status(), rejection.body_text()))?;
+        let bytes = json_bytes(request, state).await?;
         parse(&bytes).map(JsonBody)
+    }
+}
+
+impl<T, S> FromRequest<S> for PromptBody<T>
+where
+    T: TokenIdsBody,
+    S: Send + Sync,
+{
+    type Rejection = Refused;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = json_bytes(request, state).await?;
+        parse_prompt(&bytes).map(PromptBody)
     }
 }
 
@@ -134,6 +191,46 @@ mod tests {
         let types = parse::<Body>(br#"{"worker_id": "one"}"#).expect_err("types");
         assert_eq!(types.0, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(types.1.contains("worker_id: invalid type"), "{}", types.1);
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Prompt {
+        model_name: Option<String>,
+        token_ids: Option<Vec<u32>>,
+    }
+
+    impl TokenIdsBody for Prompt {
+        fn token_ids_mut(&mut self) -> &mut Option<Vec<u32>> {
+            &mut self.token_ids
+        }
+    }
+
+    #[test]
+    fn prompt_bodies_read_as_plain_ones() {
+        for body in [
+            r#"{"model_name": "m", "token_ids": [1, 2, 3]}"#,
+            r#"{"token_ids": [], "model_name": null}"#,
+            r#"{"token_ids": null}"#,
+            r#"{"token_ids": [1, -2]}"#,
+            r#"{"token_ids": [1], "token_ids": [2]}"#,
+            r#"{"token_ids": [1], "model_name": 3}"#,
+            r#"{"token_ids": [1]} x"#,
+            r#"{"token_ids": [1], "#,
+            r#"{"model_name": "m"}"#,
+        ] {
+            assert_eq!(
+                parse_prompt::<Prompt>(body.as_bytes()),
+                parse::<Prompt>(body.as_bytes()),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            parse_prompt::<Prompt>(br#"{"token_ids": [7, 8]}"#),
+            Ok(Prompt {
+                model_name: None,
+                token_ids: Some(vec![7, 8])
+            })
+        );
     }
 
     #[test]

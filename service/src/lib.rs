@@ -29,6 +29,7 @@ pub mod selection_response;
 pub mod selection_service;
 pub mod serve;
 pub mod simulated_engines;
+pub mod token_array;
 pub mod worker_record;
 pub mod zmq_ingress;
 

@@ -34,6 +34,12 @@ macro_rules! with_prompt_fields {
             pub is_eagle: Option<bool>,
         }
 
+        impl crate::json_body::TokenIdsBody for $name {
+            fn token_ids_mut(&mut self) -> &mut Option<Vec<u32>> {
+                &mut self.token_ids
+            }
+        }
+
         impl $name {
             /// Moves the prompt fields out (they are left empty).
             pub fn take_prompt(&mut self) -> PromptRequest {

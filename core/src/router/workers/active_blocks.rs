@@ -31,13 +31,9 @@ impl ActiveBlocks {
         let Some(first) = chain.first() else {
             return 0;
         };
-        self.by_first.get(first).map_or(0, |chains| {
-            chains
-                .iter()
-                .map(|active| common_prefix(active, chain))
-                .max()
-                .unwrap_or(0)
-        })
+        self.by_first
+            .get(first)
+            .map_or(0, |chains| longest_common_prefix(chains, chain))
     }
 
     /// Adds an active chain; returns how many blocks it added to the union.
@@ -67,11 +63,7 @@ impl ActiveBlocks {
             return 0;
         };
         chains.swap_remove(position);
-        let remaining = chains
-            .iter()
-            .map(|active| common_prefix(active, chain))
-            .max()
-            .unwrap_or(0);
+        let remaining = longest_common_prefix(chains, chain);
         if chains.is_empty() {
             self.by_first.remove(first);
         }
@@ -79,6 +71,19 @@ impl ActiveBlocks {
         self.distinct = self.distinct.saturating_sub(removed);
         removed
     }
+}
+
+/// Longest common prefix of `chain` with any of `chains`. Stops at the first chain holding all
+/// of `chain` (nothing can share more), so many bookings of one prompt cost one comparison.
+fn longest_common_prefix(chains: &[Arc<[SequenceHash]>], chain: &[SequenceHash]) -> usize {
+    let mut longest = 0;
+    for active in chains {
+        longest = longest.max(common_prefix(active, chain));
+        if longest == chain.len() {
+            break;
+        }
+    }
+    longest
 }
 
 /// Length of the common prefix of two chains of sequence hashes: equal hashes at a position
