@@ -113,35 +113,88 @@ fn skip_value(body: &[u8], at: usize) -> Option<usize> {
 /// The integers of the array starting at `at` and the end of the array, if every element is
 /// a JSON integer in `u32`'s range.
 fn integer_array(body: &[u8], at: usize) -> Option<(Vec<u32>, usize)> {
-    // Each element takes at least two bytes ("d,"): a capacity that never needs to grow
-    // for real token ids (at most 7 bytes each) without over-reserving much.
+    // Each element takes at least two bytes ("d,"); real token ids take at most 7 ("dddddd,"),
+    // so this capacity rarely needs to grow and never over-reserves much.
     let mut tokens = Vec::with_capacity((body.len() - at) / 6 + 1);
     let mut i = skip_whitespace(body, at + 1);
     if body.get(i) == Some(&b']') {
         return Some((tokens, i + 1));
     }
     loop {
-        let start = i;
-        let mut value: u64 = 0;
-        while let Some(&digit @ b'0'..=b'9') = body.get(i) {
-            value = value * 10 + u64::from(digit - b'0');
-            i += 1;
-            if i - start > 10 {
-                return None;
-            }
-        }
-        let digits = i - start;
-        if digits == 0 || (digits > 1 && body[start] == b'0') || value > u64::from(u32::MAX) {
+        let rest = body.get(i..)?;
+        let (value, count) = leading_digits(rest);
+        if count == 0 || count > 10 || (count > 1 && rest[0] == b'0') || value > u64::from(u32::MAX)
+        {
             return None;
         }
         tokens.push(value as u32);
-        i = skip_whitespace(body, i);
+        i += count;
         match body.get(i) {
-            Some(b',') => i = skip_whitespace(body, i + 1),
+            Some(b',') => {
+                i += 1;
+                if let Some(b' ' | b'\n' | b'\r' | b'\t') = body.get(i) {
+                    i = skip_whitespace(body, i);
+                }
+            }
             Some(b']') => return Some((tokens, i + 1)),
-            _ => return None,
+            _ => {
+                i = skip_whitespace(body, i);
+                match body.get(i) {
+                    Some(b',') => i = skip_whitespace(body, i + 1),
+                    Some(b']') => return Some((tokens, i + 1)),
+                    _ => return None,
+                }
+            }
         }
     }
+}
+
+const ZEROS: u64 = u64::from_le_bytes([b'0'; 8]);
+
+/// The value and count of the decimal digits `bytes` starts with (counting stops past 10
+/// digits, too many for a `u32`). Up to 7 digits followed by anything are read 8 bytes at a
+/// time; longer numbers and the last bytes of a body digit by digit.
+#[inline]
+fn leading_digits(bytes: &[u8]) -> (u64, usize) {
+    if let Some(chunk) = bytes.first_chunk::<8>() {
+        let chunk = u64::from_le_bytes(*chunk);
+        // A byte's top bit is set in `byte + 0x46` for bytes above '9' and in `byte - 0x30`
+        // for bytes below '0' (and for non-ASCII bytes in one of the two). Carries and borrows
+        // only run from a non-digit towards later bytes, so the lowest flagged byte is the
+        // first non-digit.
+        let non_digits = (chunk.wrapping_add(0x4646_4646_4646_4646) | chunk.wrapping_sub(ZEROS))
+            & 0x8080_8080_8080_8080;
+        if non_digits != 0 {
+            let count = (non_digits.trailing_zeros() / 8) as usize;
+            if count == 0 {
+                return (0, 0);
+            }
+            // The digits' values, moved to the top bytes: the bytes below are leading zeros.
+            let digits = chunk.wrapping_sub(ZEROS) << (8 * (8 - count));
+            return (eight_digits(digits), count);
+        }
+    }
+    let mut value = 0;
+    let mut count = 0;
+    while let Some(&digit @ b'0'..=b'9') = bytes.get(count) {
+        if count > 10 {
+            break;
+        }
+        value = value * 10 + u64::from(digit - b'0');
+        count += 1;
+    }
+    (value, count)
+}
+
+/// The number written by eight digit values (0–9), one a byte, the first in the lowest byte.
+#[inline]
+fn eight_digits(digits: u64) -> u64 {
+    // Pairs, then quadruples, then the whole: each step multiplies and adds neighbours.
+    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8);
+    let mask = 0x0000_00FF_0000_00FF;
+    let high = (pairs & mask).wrapping_mul(100 + (1_000_000 << 32));
+    let low = ((pairs >> 16) & mask).wrapping_mul(1 + (10_000 << 32));
+    high.wrapping_add(low) >> 32
 }
 
 #[cfg(test)]
@@ -205,9 +258,31 @@ mod tests {
     }
 
     #[test]
+    fn digits_of_every_length_read_right() {
+        for value in [
+            0u64, 7, 42, 999, 1_000, 65_535, 128_255, 1_000_000, 9_999_999,
+        ] {
+            for tail in [",", "]", " ,", ", ", "]}", "\n]", "x", ""] {
+                for padding in ["", "        "] {
+                    let text = format!("{value}{tail}{padding}");
+                    let count = value.to_string().len();
+                    assert_eq!(leading_digits(text.as_bytes()), (value, count), "{text:?}");
+                }
+            }
+        }
+        assert_eq!(leading_digits(b"12345678,"), (12_345_678, 8));
+        assert_eq!(leading_digits(b"4294967295]"), (4_294_967_295, 10));
+        assert_eq!(leading_digits(b"123\xff5678"), (123, 3));
+        assert_eq!(leading_digits(b"12/45678"), (12, 2));
+        assert_eq!(leading_digits(b":2345678"), (0, 0));
+        assert_eq!(leading_digits(b"123456789012345"), (12_345_678_901, 11));
+    }
+
+    #[test]
     fn tokens_match_serde_json() {
         let tokens: Vec<u32> = (0..5_000u32)
-            .map(|t| t.wrapping_mul(2_654_435_761))
+            .map(|t| t.wrapping_mul(2_654_435_761) >> (t % 32))
+            .chain(0..1_000)
             .collect();
         let body =
             serde_json::to_vec(&serde_json::json!({"token_ids": tokens, "z": [1]})).expect("json");
