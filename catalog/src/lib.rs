@@ -19,7 +19,6 @@ pub mod invalid_parameter;
 pub mod kv_fetch;
 pub mod kvcr;
 pub mod picker;
-pub mod rng;
 
 #[cfg(test)]
 mod test_support;

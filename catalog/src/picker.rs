@@ -2,7 +2,7 @@
 //! temperature-controlled softmax sample.
 
 use crate::invalid_parameter::{InvalidParameter, non_negative};
-use crate::rng::SplitMix64;
+use dynamo_kv_router::rng::SplitMix64;
 
 /// Chooses an index from a list of costs (lower is better).
 ///

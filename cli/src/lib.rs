@@ -27,7 +27,8 @@ use dynamo_router_catalog as _;
 
 /// Exit status: success.
 pub const EXIT_OK: u8 = 0;
-/// Exit status: the linked policies are inconsistent (a build problem, not an input problem).
+/// Exit status: the build or the program is at fault, not the input: the linked policies are
+/// inconsistent, or a replay's invariants failed.
 pub const EXIT_BUILD_PROBLEM: u8 = 1;
 /// Exit status: the input is wrong (a command line, a configuration, an unknown policy name).
 pub const EXIT_INVALID_INPUT: u8 = 2;
@@ -89,7 +90,7 @@ where
         Ok(()) => EXIT_OK,
         Err(failure) => {
             let _ = write!(err, "{failure}");
-            EXIT_INVALID_INPUT
+            failure.exit_code()
         }
     }
 }

@@ -128,10 +128,14 @@ pub fn run(
             writeln!(out, "report: {}", path.display())?;
         }
     }
-    if !comparison.conservation_holds() {
-        return Err(failed(
-            "a request's local + fetched + recomputed blocks differ from its blocks; this is a bug in the simulator".into(),
-        ));
+    let violations = comparison.invariant_violations();
+    if !violations.is_empty() {
+        return Err(CommandError::Inconsistent {
+            message: format!(
+                "the simulated workers and the router disagree: {}; this is a bug in the simulator or the router's index",
+                violations.join("; ")
+            ),
+        });
     }
     Ok(())
 }

@@ -172,3 +172,44 @@ fn usage_mistakes_exit_2() {
     let output = kv_router(&["check"]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn help_and_version_exit_0_on_standard_output() {
+    let output = kv_router(&["--help"]);
+    assert_eq!(output.status.code(), Some(0));
+    let help = text(&output.stdout);
+    assert!(help.contains("Usage: kv-router <COMMAND>"), "{help}");
+    for command in ["catalog", "check", "replay"] {
+        assert!(
+            help.contains(&format!("\n  {command} ")),
+            "{command}: {help}"
+        );
+    }
+    assert!(output.stderr.is_empty());
+    for command in ["check", "replay", "catalog"] {
+        let output = kv_router(&[command, "--help"]);
+        assert_eq!(output.status.code(), Some(0), "{command}");
+        assert!(text(&output.stdout).contains(&format!("Usage: kv-router {command}")));
+    }
+    let output = kv_router(&["replay", "--help"]);
+    for option in ["--config", "--trace", "--workers", "--json", "--report"] {
+        assert!(text(&output.stdout).contains(option), "{option}");
+    }
+    let output = kv_router(&["--version"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(text(&output.stdout).starts_with("kv-router "));
+}
+
+#[test]
+fn no_command_and_a_bad_option_value_exit_2_with_usage() {
+    let output = kv_router(&[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("Usage: kv-router <COMMAND>"));
+    let output = kv_router(&["replay", "--workers", "many"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("--workers"),
+        "{}",
+        text(&output.stderr)
+    );
+}

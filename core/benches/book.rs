@@ -49,7 +49,7 @@ impl HintPolicy for FetchHint {
     fn build_hints(&self, context: &HintContext<'_>) -> Result<Vec<HintAction>, PolicyError> {
         let booked = context.booked_cached_blocks();
         let Some(source) = context
-            .overlaps()
+            .candidates()
             .iter()
             .filter(|c| c.is_fetch_source_for(context.worker()) && c.cached_blocks > booked)
             .max_by_key(|c| (c.cached_blocks, std::cmp::Reverse(c.worker)))

@@ -41,7 +41,7 @@ fn bench_ingest(c: &mut Criterion) {
         .iter()
         .map(|tokens| Chain::of_tokens(tokens))
         .collect();
-    let mut rng = Rng(7);
+    let mut rng = Rng::seeded(7);
     for _ in 0..chains.len() {
         let fresh: Vec<u32> = (0..PROMPT_TOKENS)
             .map(|_| rng.below(128_000) as u32)

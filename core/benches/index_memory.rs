@@ -110,7 +110,7 @@ fn report(name: &str, (bytes, memberships, distinct): (usize, usize, usize)) {
 }
 
 fn main() {
-    let mut rng = Rng(99);
+    let mut rng = Rng::seeded(99);
     let blocks = PROMPT_TOKENS / BLOCK_SIZE as usize;
     println!(
         "{:<44} {:>10} {:>10} {:>12} {:>10}",

@@ -1,15 +1,15 @@
 //! Bad KV events never panic, are counted, and leave the index as it was; lost events are
 //! replayed, engine restarts clear the worker.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::kv::{
     EngineBlockHash, EventOutcome, IgnoreReason, KvCacheEventData, LocalBlockHash, RouterEvent,
     SequenceHash, StorageTier, sequence_hashes_for_tokens,
 };
 use dynamo_kv_router::router::{ReplayRequest, Role, Router, RouterMode};
 use proptest::prelude::*;
+use router_fixtures::*;
 
 fn router_with_state() -> (Router, Vec<SequenceHash>) {
     let router = router(

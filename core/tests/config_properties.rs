@@ -1,7 +1,8 @@
-//! Property tests: random and mutated configuration documents never panic the loader, and a
-//! configuration that loads never violates a rule.
+//! Property tests: random and mutated configuration documents never panic the loader, a
+//! configuration that loads never violates a rule, every document the valid generator makes
+//! loads, and breaking one at a marked place fails with an error located at that place.
 
-mod support;
+mod config_fixtures;
 
 use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
 use dynamo_kv_router::plugins::name;
@@ -384,7 +385,7 @@ proptest! {
 
     #[test]
     fn random_documents_never_panic_and_loaded_ones_keep_the_rules(model in document_model()) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = model.yaml();
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -415,7 +416,7 @@ proptest! {
         seed in proptest::sample::select(SEEDS),
         mutations in proptest::collection::vec(mutation(), 1..4),
     ) {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         let yaml = mutations.iter().fold(seed.to_owned(), |text, m| apply(&text, m));
         if let Some(setup) = load_any(&yaml, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
@@ -424,9 +425,215 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-        let registry = support::registry();
+        let registry = config_fixtures::registry();
         if let Some(setup) = load_any(&text, &registry) {
             assert_setup_keeps_the_rules(&setup, &registry);
         }
+    }
+}
+
+/// A document the loader must accept: known policies, parameters they read, hints that respect
+/// every rule (a committing `kvcr` gets exactly one KV-copy sender, by default or listed).
+#[derive(Clone, Debug)]
+struct ValidRole {
+    key: &'static str,
+    selection: &'static str,
+    parameters: &'static str,
+    /// `None`: no `hints` key (the registered defaults run).
+    hints: Option<Vec<(&'static str, &'static str)>>,
+}
+
+fn valid_role(key: &'static str) -> impl Strategy<Value = ValidRole> {
+    let selection = prop_oneof![
+        Just(("dynamo-default-cost-fn", "")),
+        Just(("dynamo-default-cost-fn", "{overlap_score_credit: 2}")),
+        Just(("kvcr", "")),
+        Just(("kvcr", "{shared_cache_multiplier: 0}")),
+        Just(("kvcr", "{shared_cache_multiplier: 0.5}")),
+        Just(("picky", "{}")),
+    ];
+    let plain_hints = proptest::sample::subsequence(
+        vec![
+            ("audit_log", ""),
+            ("harness_prefetch", "{max_blocks: 64}"),
+            ("strict_default", "{level: 3}"),
+        ],
+        0..=3,
+    );
+    (
+        selection,
+        plain_hints,
+        proptest::bool::ANY,
+        proptest::bool::ANY,
+    )
+        .prop_map(
+            move |((selection, parameters), mut hints, listed, sender_first)| {
+                let commits = parameters.contains("0.5");
+                // `picky`'s default hint needs a parameter, so `picky` always lists its hints.
+                if !listed && selection != "picky" {
+                    return ValidRole {
+                        key,
+                        selection,
+                        parameters,
+                        hints: None,
+                    };
+                }
+                if commits {
+                    let sender = ("kv_fetch", "{min_additional_blocks: 4}");
+                    if sender_first {
+                        hints.insert(0, sender);
+                    } else {
+                        hints.push(sender);
+                    }
+                }
+                ValidRole {
+                    key,
+                    selection,
+                    parameters,
+                    hints: Some(hints),
+                }
+            },
+        )
+}
+
+fn valid_document() -> impl Strategy<Value = (Option<&'static str>, Vec<ValidRole>)> {
+    (
+        proptest::sample::select(vec![None, Some("16"), Some("1")]),
+        proptest::option::of(valid_role("aggregated")),
+        proptest::option::of(valid_role("prefill")),
+        valid_role("decode"),
+    )
+        .prop_map(|(block_size, aggregated, prefill, decode)| {
+            let roles = [aggregated, prefill, Some(decode)]
+                .into_iter()
+                .flatten()
+                .collect();
+            (block_size, roles)
+        })
+}
+
+fn valid_yaml(block_size: Option<&'static str>, roles: &[ValidRole]) -> String {
+    let roles = roles
+        .iter()
+        .map(|role| RoleModel {
+            key: role.key,
+            selection: role.selection,
+            bare: false,
+            parameters: role.parameters,
+            hints: role.hints.as_ref().map(|hints| {
+                hints
+                    .iter()
+                    .map(|&(policy_type, parameters)| HintModel {
+                        policy_type,
+                        name: None,
+                        parameters,
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    DocumentModel {
+        mode: None,
+        block_size,
+        roles,
+    }
+    .yaml()
+}
+
+/// The text every breaking mutation writes; the error must point at it.
+const MARK: &str = "zz_wrong";
+
+/// Ways to break a valid document at one place, which the error must point at.
+#[derive(Clone, Debug)]
+enum Break {
+    /// An unknown top-level key.
+    TopLevelKey,
+    /// An unknown key in the role at this index (modulo the number of roles).
+    RoleKey(usize),
+    /// An unknown selection type for that role.
+    SelectionType(usize),
+    /// An unknown hint type replacing that role's first listed hint (or added as a list).
+    HintType(usize),
+    /// A parameter field the role's selection policy does not read.
+    ParameterField(usize),
+}
+
+fn breaking() -> impl Strategy<Value = Break> {
+    prop_oneof![
+        Just(Break::TopLevelKey),
+        any::<usize>().prop_map(Break::RoleKey),
+        any::<usize>().prop_map(Break::SelectionType),
+        any::<usize>().prop_map(Break::HintType),
+        any::<usize>().prop_map(Break::ParameterField),
+    ]
+}
+
+/// Applies `how` to the valid document and returns the broken text.
+fn broken_yaml(block_size: Option<&'static str>, mut roles: Vec<ValidRole>, how: &Break) -> String {
+    let count = roles.len();
+    match *how {
+        Break::TopLevelKey => return valid_yaml(block_size, &roles) + &format!("{MARK}: 1\n"),
+        Break::RoleKey(index) => {
+            let yaml = valid_yaml(block_size, &roles);
+            let header = format!("  {}:\n", roles[index % count].key);
+            let at = yaml.find(&header).expect("the role is written") + header.len();
+            return format!("{}    {MARK}: 1\n{}", &yaml[..at], &yaml[at..]);
+        }
+        Break::SelectionType(index) => roles[index % count].selection = MARK,
+        Break::HintType(index) => {
+            let hints = roles[index % count].hints.get_or_insert_with(Vec::new);
+            match hints.first_mut() {
+                Some(first) => *first = (MARK, ""),
+                None => hints.push((MARK, "")),
+            }
+        }
+        // Every selection policy of the stand-in catalog rejects a field it does not read.
+        Break::ParameterField(index) => roles[index % count].parameters = "{zz_wrong: 1}",
+    }
+    valid_yaml(block_size, &roles)
+}
+
+/// The 1-based line and column of the first `MARK` in `yaml`.
+fn mark_position(yaml: &str) -> (u32, u32) {
+    for (index, line) in yaml.lines().enumerate() {
+        if let Some(column) = line.find(MARK) {
+            return (index as u32 + 1, line[..column].chars().count() as u32 + 1);
+        }
+    }
+    panic!("no mark in\n{yaml}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_generators_valid_documents_load((block_size, roles) in valid_document()) {
+        let registry = config_fixtures::registry();
+        let yaml = valid_yaml(block_size, &roles);
+        let source = ConfigSource::new("valid.yaml", yaml.as_str());
+        let loaded = config::load(&source, &registry, &ConfigOverrides::default());
+        let setup = match loaded {
+            Ok(setup) => setup,
+            Err(error) => panic!("a valid document was rejected:\n{yaml}\n{}", error.render(&yaml)),
+        };
+        assert_setup_keeps_the_rules(&setup, &registry);
+        prop_assert_eq!(setup.roles.len(), roles.len());
+    }
+
+    #[test]
+    fn a_broken_valid_document_fails_at_the_broken_place(
+        (block_size, roles) in valid_document(),
+        how in breaking(),
+    ) {
+        let registry = config_fixtures::registry();
+        let yaml = broken_yaml(block_size, roles, &how);
+        let source = ConfigSource::new("broken.yaml", yaml.as_str());
+        let error = match config::load(&source, &registry, &ConfigOverrides::default()) {
+            Ok(_) => panic!("a broken document ({how:?}) loaded:\n{yaml}"),
+            Err(error) => error,
+        };
+        let position = (error.position.line, error.position.column);
+        prop_assert_eq!(position, mark_position(&yaml), "{:?}: {}\n{}", how, error, yaml);
+        prop_assert!(error.to_string().contains(MARK), "{}", error);
     }
 }

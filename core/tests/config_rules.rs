@@ -1,15 +1,15 @@
 //! Every configuration rule: a YAML case that fails with its message at its line and column,
 //! and one that passes.
 
-mod support;
+mod config_fixtures;
 
+use config_fixtures::{failure, load, load_with};
 use dynamo_kv_router::config::{
     self, ConfigOverrides, ConfigProblem, ConfigSource, MAX_CONFIG_BYTES, Position,
 };
 use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::router::{HintOrigin, RouterMode, RouterSetup};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use support::{failure, load, load_with};
 
 fn hint_labels(setup: &RouterSetup, role: Role) -> Vec<(String, HintOrigin)> {
     setup.roles[&role]
@@ -222,7 +222,11 @@ worker_selection:
         parameters: {min_additional_blocks: 4, max_blocks: 9}
 ";
     let error = failure(yaml);
-    assert_eq!(at(&error), (6, 60));
+    // An unknown field is a mistake in the key, so the caret points at the key (column 48,
+    // where `max_blocks` starts), as for every other unknown key; a bad value points at the value.
+    let line = yaml.lines().nth(5).unwrap();
+    assert_eq!(line.find("max_blocks").unwrap() + 1, 48);
+    assert_eq!(at(&error), (6, 48));
     assert!(
         error.to_string().contains(
             "worker_selection.decode.hints[0].parameters.max_blocks: unknown field `max_blocks`"
@@ -239,6 +243,7 @@ worker_selection:
         parameters: {max_blocks: 4, depth: 2}
 ";
     let error = failure(yaml);
+    assert_eq!(at(&error), (6, 37), "at the key `depth`");
     assert!(
         error.to_string().contains(
             "worker_selection.decode.hints[0].parameters.depth: unknown field `depth`; remove it or correct its spelling"
@@ -761,7 +766,7 @@ worker_selection:
 #[test]
 fn constructors_run_once_per_role_at_startup() {
     let built = Arc::new(AtomicUsize::new(0));
-    let mut registry = support::registry();
+    let mut registry = config_fixtures::registry();
     let counter = Arc::clone(&built);
     registry
         .register_hint_policy(
@@ -770,7 +775,7 @@ fn constructors_run_once_per_role_at_startup() {
                 let counter = Arc::clone(&counter);
                 Ok(HintPolicyConstructor::per_partition(move |_| {
                     counter.fetch_add(1, Ordering::SeqCst);
-                    Ok(support::Quiet {
+                    Ok(config_fixtures::Quiet {
                         commits: Commitments::NONE,
                     })
                 }))

@@ -1,12 +1,12 @@
 //! Load accounting: reservation, prefill completion, release, harmless repeats, TTL expiry.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::plugins::{
     PolicyError, Selection, WorkerLoad, WorkerSelectionContext, WorkerSelectionPolicy,
 };
 use dynamo_kv_router::router::{Role, Router, RouterMode, RouterOptions, WorkerId};
+use router_fixtures::*;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,12 +1,12 @@
 //! The booking pipeline's rules, one test each.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::kv::{EngineBlockHash, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::KvCopy;
 use dynamo_kv_router::router::{BookError, MAX_HINT_ACTIONS, Role, Router, RouterMode};
 use dynamo_kv_router::wire::PROTOCOL_VERSION;
+use router_fixtures::*;
 use std::sync::atomic::Ordering;
 
 fn tags(booking: &dynamo_kv_router::router::Booking) -> Vec<(String, String)> {
@@ -288,6 +288,44 @@ fn non_kv_modes_run_no_hints_and_follow_their_rule() {
         }
         assert_eq!(router.metrics().hints_skipped_no_router_hint, 0);
     }
+}
+
+/// Random mode spreads bookings uniformly: over 3,000 bookings on 3 workers each worker's
+/// count is Binomial(3000, 1/3) (mean 1,000, σ = √(3000 · 1/3 · 2/3) ≈ 25.8), and a booking
+/// repeats the previous one's worker with probability 1/3 (round robin never repeats; a stuck
+/// picker always does). Both must fall within 5σ, which a uniform picker misses with
+/// probability below 10⁻⁶.
+#[test]
+fn random_mode_spreads_bookings_uniformly() {
+    const BOOKINGS: usize = 3_000;
+    let router = router(RouterMode::Random, vec![]);
+    for id in [3, 1, 2] {
+        assert!(router.register_worker(hinting(id, Role::Decode)).is_ok());
+    }
+    let chosen: Vec<u64> = (0..BOOKINGS)
+        .map(|n| {
+            let id = format!("r{n}");
+            let booking = router
+                .book(&request(&id, Role::Decode, tokens(16, n as u32)))
+                .expect("booked");
+            router.release(&id);
+            booking.worker.worker_id
+        })
+        .collect();
+    let within_5_sigma = |count: usize, trials: usize| {
+        let (n, p) = (trials as f64, 1.0 / 3.0);
+        let sigma = (n * p * (1.0 - p)).sqrt();
+        (count as f64 - n * p).abs() <= 5.0 * sigma
+    };
+    for worker in [1, 2, 3] {
+        let count = chosen.iter().filter(|w| **w == worker).count();
+        assert!(
+            within_5_sigma(count, BOOKINGS),
+            "worker {worker}: {count} of {BOOKINGS}"
+        );
+    }
+    let repeats = chosen.windows(2).filter(|pair| pair[0] == pair[1]).count();
+    assert!(within_5_sigma(repeats, BOOKINGS - 1), "{repeats} repeats");
 }
 
 fn router_with_same_seed(mode: RouterMode) -> Vec<u64> {

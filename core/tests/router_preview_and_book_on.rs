@@ -2,11 +2,11 @@
 //! caller chose, with the prefill less the prefix that worker caches; `Router::export_events`
 //! dumps the index as events that rebuild it.
 
-mod common;
+mod router_fixtures;
 
-use common::*;
 use dynamo_kv_router::plugins::WorkerLoad;
 use dynamo_kv_router::router::{BookError, Role, Router, RouterMode, RouterOptions, WorkerId};
+use router_fixtures::*;
 
 fn load_of(router: &Router, id: WorkerId) -> WorkerLoad {
     router

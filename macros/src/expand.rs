@@ -12,60 +12,11 @@ pub fn expand(policy: &Policy, item: TokenStream) -> TokenStream {
     };
     let ident = &policy.ident;
     let name = &policy.name;
-
-    // The provider is also the check that the struct implements the policy trait (and that the
-    // parameters type is `Deserialize`): its type arguments carry the user's spans, so an
-    // unsatisfied bound is reported once, under the struct name or the parameters type.
-    let at_ident = respan(private.clone(), ident.span());
-    let private_at_ident = &at_ident;
-    let provider = match (policy.kind, &policy.parameters) {
-        (Kind::Hint, None) => {
-            quote_spanned!(ident.span()=> #private_at_ident::build_hint_from_self::<#ident>)
-        }
-        (Kind::Hint, Some(parameters)) => {
-            quote_spanned!(ident.span()=> #private_at_ident::build_hint_via::<#ident, #parameters>)
-        }
-        (Kind::WorkerSelection, None) => {
-            quote_spanned!(ident.span()=> #private_at_ident::build_selection_from_self::<#ident>)
-        }
-        (Kind::WorkerSelection, Some(parameters)) => {
-            quote_spanned!(ident.span()=> #private_at_ident::build_selection_via::<#ident, #parameters>)
-        }
-    };
-    let build = match policy.kind {
-        Kind::Hint => quote!(#private::RegisteredBuild::Hint(#provider)),
-        Kind::WorkerSelection => quote!(#private::RegisteredBuild::WorkerSelection(#provider)),
-    };
-
-    let defaults = policy.defaults.iter().map(|host| match host {
-        DefaultHost::Any => quote!(#private::HintHost::AnyWorkerSelection),
-        DefaultHost::Named(name) => {
-            quote!(#private::HintHost::WorkerSelection(#private::Cow::Borrowed(#name)))
-        }
-    });
-
-    // Each constant keeps the user's span, so a misspelling is reported under their token.
-    let commitments = match policy.commits.split_first() {
-        None => quote!(#private::Commitments::NONE),
-        Some((first, rest)) => {
-            let mut tokens = quote!(#private::Commitments::#first);
-            for next in rest {
-                tokens = quote!(#tokens.union(#private::Commitments::#next));
-            }
-            tokens
-        }
-    };
-
-    // Doc lines joined with newlines; `concat!` also expands `#[doc = include_str!(..)]`.
-    let doc = match policy.docs.split_last() {
-        None => quote!(""),
-        Some((last, init)) => quote!(::core::concat!(#(#init, "\n",)* #last)),
-    };
-
-    let parameters_type = match &policy.parameters {
-        Some(parameters) => quote!(::core::stringify!(#parameters)),
-        None => quote!(::core::stringify!(#ident)),
-    };
+    let build = build(policy, &private);
+    let defaults = defaults(policy, &private);
+    let commitments = commitments(policy, &private);
+    let doc = doc(policy);
+    let parameters_type = parameters_type(policy);
 
     quote! {
         #item
@@ -86,6 +37,84 @@ pub fn expand(policy: &Policy, item: TokenStream) -> TokenStream {
             };
             #private::inventory::submit! { REGISTRATION }
         };
+    }
+}
+
+/// The registration's `build`: the provider of the policy's kind.
+///
+/// The provider is also the check that the struct implements the policy trait (and that the
+/// parameters type is `Deserialize`): its type arguments carry the user's spans, so an
+/// unsatisfied bound is reported once, under the struct name or the parameters type.
+fn build(policy: &Policy, private: &TokenStream) -> TokenStream {
+    let ident = &policy.ident;
+    let at_ident = respan(private.clone(), ident.span());
+    let private_at_ident = &at_ident;
+    let provider = match (policy.kind, &policy.parameters) {
+        (Kind::Hint, None) => {
+            quote_spanned!(ident.span()=> #private_at_ident::build_hint_from_self::<#ident>)
+        }
+        (Kind::Hint, Some(parameters)) => {
+            quote_spanned!(ident.span()=> #private_at_ident::build_hint_via::<#ident, #parameters>)
+        }
+        (Kind::WorkerSelection, None) => {
+            quote_spanned!(ident.span()=> #private_at_ident::build_selection_from_self::<#ident>)
+        }
+        (Kind::WorkerSelection, Some(parameters)) => {
+            quote_spanned!(ident.span()=> #private_at_ident::build_selection_via::<#ident, #parameters>)
+        }
+    };
+    match policy.kind {
+        Kind::Hint => quote!(#private::RegisteredBuild::Hint(#provider)),
+        Kind::WorkerSelection => quote!(#private::RegisteredBuild::WorkerSelection(#provider)),
+    }
+}
+
+/// The default hosts, as `HintHost` values.
+fn defaults(policy: &Policy, private: &TokenStream) -> Vec<TokenStream> {
+    policy
+        .defaults
+        .iter()
+        .map(|host| match host {
+            DefaultHost::Any => quote!(#private::HintHost::AnyWorkerSelection),
+            DefaultHost::Named(name) => {
+                quote!(#private::HintHost::WorkerSelection(#private::Cow::Borrowed(#name)))
+            }
+        })
+        .collect()
+}
+
+/// The union of the commitment constants; each keeps the user's span, so a misspelling is
+/// reported under their token.
+fn commitments(policy: &Policy, private: &TokenStream) -> TokenStream {
+    match policy.commits.split_first() {
+        None => quote!(#private::Commitments::NONE),
+        Some((first, rest)) => {
+            let mut tokens = quote!(#private::Commitments::#first);
+            for next in rest {
+                tokens = quote!(#tokens.union(#private::Commitments::#next));
+            }
+            tokens
+        }
+    }
+}
+
+/// Doc lines joined with newlines; `concat!` also expands `#[doc = include_str!(..)]`.
+fn doc(policy: &Policy) -> TokenStream {
+    match policy.docs.split_last() {
+        None => quote!(""),
+        Some((last, init)) => quote!(::core::concat!(#(#init, "\n",)* #last)),
+    }
+}
+
+/// The name of the parameters type, as written.
+fn parameters_type(policy: &Policy) -> TokenStream {
+    let ident = &policy.ident;
+    match &policy.parameters {
+        Some(parameters) => {
+            let text = crate::type_text::type_text(parameters);
+            quote!(#text)
+        }
+        None => quote!(::core::stringify!(#ident)),
     }
 }
 

@@ -8,6 +8,7 @@
 mod ctxt;
 mod expand;
 mod parse;
+mod type_text;
 mod validate;
 
 use proc_macro::TokenStream;

@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn matches_a_naive_model_on_a_long_random_sequence() {
-        let mut rng = crate::rng::SplitMix64::new(1);
+        let rng = dynamo_kv_router::rng::SplitMix64::seeded(1);
         let mut cache = BlockCache::new(16);
         let mut model: Vec<u64> = Vec::new(); // front = most recent
         for _ in 0..20_000 {

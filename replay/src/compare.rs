@@ -1,6 +1,7 @@
 //! Replays one workload through several router configurations on the same simulated cluster.
 
 use crate::cluster::{ClusterConfig, ClusterError};
+use crate::hit_rate::IdealHitRate;
 use crate::report::{Comparison, WorkloadInfo};
 use crate::simulation::{SimulationError, simulate, stages_for};
 use crate::summary::ConfigReport;
@@ -120,6 +121,7 @@ pub fn compare(
             block_size: workload.block_size,
             span_s: span_us as f64 / 1e6,
             bad_lines,
+            ideal_hit_rate: IdealHitRate::of(workload),
         },
         cluster,
         configs: reports,

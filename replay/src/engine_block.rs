@@ -34,7 +34,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_differs() {
-        let mut rng = crate::rng::SplitMix64::new(3);
+        let rng = dynamo_kv_router::rng::SplitMix64::seeded(3);
         for value in [0, 1, u64::MAX]
             .into_iter()
             .chain((0..1000).map(|_| rng.next_u64()))

@@ -1,5 +1,6 @@
 //! What a simulation measured: per stage of each request, per booking, per worker.
 
+use crate::invariants::Invariants;
 use dynamo_kv_router::router::Role;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -7,8 +8,8 @@ use std::time::Duration;
 
 /// How one request's blocks were obtained by the worker that served one stage.
 ///
-/// Conservation: `local + fetched + recomputed == blocks`. In a decode stage after a separate
-/// prefill, `recomputed` counts the blocks transferred from the prefill worker.
+/// `recomputed` is what remains after `local` and `fetched`; in a decode stage after a separate
+/// prefill it counts the blocks transferred from the prefill worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StageOutcome {
     /// Index of the request in the workload.
@@ -29,6 +30,10 @@ pub struct StageOutcome {
     pub fetch_wasted: u32,
     /// Blocks a `kv.fetch` named that the source had already evicted.
     pub hint_blocks_evicted: u32,
+    /// The prompt prefix, in blocks, the router said the booked worker cached when it booked it.
+    pub predicted_local: u32,
+    /// The prompt prefix, in blocks, the worker actually held when it started the request.
+    pub held_at_start: u32,
     /// When the request arrived at this stage, in virtual microseconds.
     pub arrived_us: u64,
     /// When the worker started it.
@@ -81,6 +86,8 @@ pub struct SimulationResult {
     pub wall: Duration,
     /// Virtual time when the last request finished, in microseconds.
     pub virtual_end_us: u64,
+    /// Disagreements between the workers' caches, their events and the router's view.
+    pub invariants: Invariants,
 }
 
 /// Arrival and time to first token of one request.

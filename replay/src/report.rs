@@ -1,6 +1,7 @@
 //! A comparison of configurations on one workload and cluster: as a terminal table and as JSON.
 
 use crate::cluster::ResolvedCluster;
+use crate::hit_rate::IdealHitRate;
 use crate::summary::ConfigReport;
 use crate::trace::BadLine;
 use serde::Serialize;
@@ -21,6 +22,8 @@ pub struct WorkloadInfo {
     pub span_s: f64,
     /// Trace lines skipped.
     pub bad_lines: Vec<BadLine>,
+    /// The most any routing could reuse: every block cached forever on one worker.
+    pub ideal_hit_rate: IdealHitRate,
 }
 
 /// Several configurations replayed on the same workload and cluster.
@@ -35,9 +38,23 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Whether every configuration conserved every request's blocks.
-    pub fn conservation_holds(&self) -> bool {
-        self.configs.iter().all(ConfigReport::conservation_holds)
+    /// Whether the simulation and the router agreed on every checked invariant, in every
+    /// configuration.
+    pub fn invariants_hold(&self) -> bool {
+        self.configs.iter().all(ConfigReport::invariants_hold)
+    }
+
+    /// Each violated invariant, prefixed with its configuration's name.
+    pub fn invariant_violations(&self) -> Vec<String> {
+        self.configs
+            .iter()
+            .flat_map(|c| {
+                c.invariants
+                    .violations()
+                    .into_iter()
+                    .map(move |v| format!("{}: {v}", c.name))
+            })
+            .collect()
     }
 
     /// Pretty JSON of the whole comparison.
@@ -48,12 +65,12 @@ impl Comparison {
 
     /// The rows of the side-by-side table: a label and one cell per configuration.
     pub fn rows(&self) -> Vec<(String, Vec<String>)> {
-        let mut rows: Vec<(String, Vec<String>)> = Vec::new();
-        let mut row = |label: &str, cell: &dyn Fn(&ConfigReport) -> String| {
-            rows.push((label.to_owned(), self.configs.iter().map(cell).collect()));
+        let mut rows = Rows {
+            configs: &self.configs,
+            rows: Vec::new(),
         };
-        row("router mode", &|c| c.router_mode.clone());
-        row("requests served", &|c| {
+        rows.row("router mode", &|c| c.router_mode.clone());
+        rows.row("requests served", &|c| {
             format!("{}/{}", c.served, c.requests)
         });
         let stages = self
@@ -63,76 +80,11 @@ impl Comparison {
             .max()
             .unwrap_or(0);
         for index in 0..stages {
-            let stage = |c: &ConfigReport| c.stages.get(index).cloned().unwrap_or_default();
-            let prefix = if stages > 1 {
-                format!("[stage {}] ", index + 1)
-            } else {
-                String::new()
-            };
-            if stages > 1 {
-                row(&format!("{prefix}role"), &|c| stage(c).role);
-            }
-            row(&format!("{prefix}hit rate local"), &|c| {
-                percent(stage(c).local_rate)
-            });
-            row(&format!("{prefix}hit rate fetched"), &|c| {
-                percent(stage(c).fetched_rate)
-            });
-            let recomputed = if index > 0 {
-                "transferred"
-            } else {
-                "recomputed"
-            };
-            row(&format!("{prefix}{recomputed}"), &|c| {
-                percent(stage(c).recomputed_rate)
-            });
-            row(&format!("{prefix}blocks fetched / wasted"), &|c| {
-                let s = stage(c);
-                format!("{} / {}", s.fetched, s.fetch_wasted)
-            });
-            row(&format!("{prefix}hint blocks already evicted"), &|c| {
-                stage(c).hint_blocks_evicted.to_string()
-            });
+            rows.stage(index, stages);
         }
-        row("TTFT p50 / p90 / p99 (ms)", &|c| {
-            format!(
-                "{:.0} / {:.0} / {:.0}",
-                c.ttft_ms.p50, c.ttft_ms.p90, c.ttft_ms.p99
-            )
-        });
-        row("load max/mean (busy time)", &|c| {
-            c.load
-                .iter()
-                .map(|l| format!("{:.2}", l.max_over_mean))
-                .collect::<Vec<_>>()
-                .join(" / ")
-        });
-        row("hints / actions sent", &|c| {
-            format!("{} / {}", c.hints.hints_sent, c.hints.actions)
-        });
-        row("kv.fetch run / other ignored", &|c| {
-            format!("{} / {}", c.hints.fetch_actions, c.hints.other_actions)
-        });
-        row("policy failures", &|c| c.hints.policy_failures.to_string());
-        row("booking failures", &|c| {
-            c.book_failures.values().sum::<usize>().to_string()
-        });
-        row("book() p50 / p99 (µs)", &|c| {
-            format!("{:.1} / {:.1}", c.router.book_p50_us, c.router.book_p99_us)
-        });
-        row("bookings/s in book()", &|c| {
-            thousands(c.router.bookings_per_s_router)
-        });
-        row("bookings/s end to end", &|c| {
-            thousands(c.router.bookings_per_s_end_to_end)
-        });
-        row("wall ms: total / book() / events", &|c| {
-            format!(
-                "{:.0} / {:.0} / {:.0}",
-                c.router.wall_ms, c.router.book_ms, c.router.event_apply_ms
-            )
-        });
-        rows
+        rows.outcomes();
+        rows.router_cost();
+        rows.rows
     }
 
     /// The side-by-side table for a terminal.
@@ -190,6 +142,110 @@ impl Comparison {
             out.push('\n');
         }
         out
+    }
+}
+
+/// The table's rows as they are built: one cell per configuration in each.
+struct Rows<'a> {
+    configs: &'a [ConfigReport],
+    rows: Vec<(String, Vec<String>)>,
+}
+
+impl Rows<'_> {
+    fn row(&mut self, label: &str, cell: &dyn Fn(&ConfigReport) -> String) {
+        self.rows
+            .push((label.to_owned(), self.configs.iter().map(cell).collect()));
+    }
+
+    /// How stage `index` (of `stages`) obtained its blocks.
+    fn stage(&mut self, index: usize, stages: usize) {
+        let stage = |c: &ConfigReport| c.stages.get(index).cloned().unwrap_or_default();
+        let prefix = if stages > 1 {
+            format!("[stage {}] ", index + 1)
+        } else {
+            String::new()
+        };
+        if stages > 1 {
+            self.row(&format!("{prefix}role"), &|c| stage(c).role);
+        }
+        self.row(&format!("{prefix}hit rate local"), &|c| {
+            percent(stage(c).local_rate)
+        });
+        self.row(&format!("{prefix}hit rate fetched"), &|c| {
+            percent(stage(c).fetched_rate)
+        });
+        let recomputed = if index > 0 {
+            "transferred"
+        } else {
+            "recomputed"
+        };
+        self.row(&format!("{prefix}{recomputed}"), &|c| {
+            percent(stage(c).recomputed_rate)
+        });
+        self.row(&format!("{prefix}blocks fetched / wasted"), &|c| {
+            let s = stage(c);
+            format!("{} / {}", s.fetched, s.fetch_wasted)
+        });
+        self.row(&format!("{prefix}hint blocks already evicted"), &|c| {
+            stage(c).hint_blocks_evicted.to_string()
+        });
+        self.row(&format!("{prefix}router view right / mean error"), &|c| {
+            let s = stage(c);
+            if s.served == 0 {
+                return "-".to_owned();
+            }
+            format!(
+                "{:.2}% / {:.2} blk",
+                s.router_view_exact_rate * 100.0,
+                s.router_view_mean_error_blocks
+            )
+        });
+    }
+
+    /// What users of the cluster saw: TTFT, balance, hints and failures.
+    fn outcomes(&mut self) {
+        self.row("TTFT p50 / p90 / p99 (ms)", &|c| {
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                c.ttft_ms.p50, c.ttft_ms.p90, c.ttft_ms.p99
+            )
+        });
+        self.row("load max/mean (busy time)", &|c| {
+            c.load
+                .iter()
+                .map(|l| format!("{:.2}", l.max_over_mean))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        });
+        self.row("hints / actions sent", &|c| {
+            format!("{} / {}", c.hints.hints_sent, c.hints.actions)
+        });
+        self.row("kv.fetch run / other ignored", &|c| {
+            format!("{} / {}", c.hints.fetch_actions, c.hints.other_actions)
+        });
+        self.row("policy failures", &|c| c.hints.policy_failures.to_string());
+        self.row("booking failures", &|c| {
+            c.book_failures.values().sum::<usize>().to_string()
+        });
+    }
+
+    /// What the router itself cost on the wall clock.
+    fn router_cost(&mut self) {
+        self.row("book() p50 / p99 (µs)", &|c| {
+            format!("{:.1} / {:.1}", c.router.book_p50_us, c.router.book_p99_us)
+        });
+        self.row("bookings/s in book()", &|c| {
+            thousands(c.router.bookings_per_s_router)
+        });
+        self.row("bookings/s end to end", &|c| {
+            thousands(c.router.bookings_per_s_end_to_end)
+        });
+        self.row("wall ms: total / book() / events", &|c| {
+            format!(
+                "{:.0} / {:.0} / {:.0}",
+                c.router.wall_ms, c.router.book_ms, c.router.event_apply_ms
+            )
+        });
     }
 }
 

@@ -1,8 +1,10 @@
 //! The part of the router a simulated cluster drives: registration, KV events, bookings and
 //! completions. [`Router`] implements it; tests use small stand-ins.
 
-use dynamo_kv_router::kv::RouterEvent;
-use dynamo_kv_router::router::{BookError, Booking, RouteRequest, Router, RouterError, WorkerInfo};
+use dynamo_kv_router::kv::{RouterEvent, SequenceHash};
+use dynamo_kv_router::router::{
+    BookError, Booking, RouteRequest, Router, RouterError, WorkerId, WorkerInfo,
+};
 
 /// What the simulation needs from a router.
 pub trait RouterPort {
@@ -16,6 +18,8 @@ pub trait RouterPort {
     fn prefill_complete(&self, request_id: &str);
     /// Reports the end of a request.
     fn release(&self, request_id: &str);
+    /// How many leading blocks of `sequence_hashes` the router's view says `worker` caches.
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize;
 }
 
 impl RouterPort for Router {
@@ -37,5 +41,9 @@ impl RouterPort for Router {
 
     fn release(&self, request_id: &str) {
         Router::release(self, request_id);
+    }
+
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
+        Router::cached_prefix(self, worker, sequence_hashes)
     }
 }

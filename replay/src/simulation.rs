@@ -68,6 +68,8 @@ struct Job {
     stage: u8,
     arrived_us: u64,
     fetches: Vec<FetchOrder>,
+    /// The prefix the router said the worker cached when it booked it.
+    predicted_local: u32,
 }
 
 struct SimWorker {
@@ -79,6 +81,10 @@ struct SimWorker {
     running: Option<StageOutcome>,
     busy_us: u64,
     served: u64,
+    /// Blocks named by this worker's `stored` events.
+    stored_blocks: u64,
+    /// Blocks named by this worker's `removed` events.
+    removed_blocks: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -142,6 +148,8 @@ pub fn simulate<R: RouterPort + ?Sized>(
                 running: None,
                 busy_us: 0,
                 served: 0,
+                stored_blocks: 0,
+                removed_blocks: 0,
             });
         }
     }
@@ -176,6 +184,8 @@ pub fn simulate<R: RouterPort + ?Sized>(
         },
     };
     simulation.run(progress);
+    let wall = started.elapsed();
+    simulation.check_final_state();
     let mut result = simulation.result;
     result.workers = simulation
         .workers
@@ -187,7 +197,7 @@ pub fn simulate<R: RouterPort + ?Sized>(
         })
         .collect();
     result.virtual_end_us = result.virtual_end_us.max(simulation.now);
-    result.wall = started.elapsed();
+    result.wall = wall;
     Ok(result)
 }
 
@@ -318,6 +328,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             stage,
             arrived_us: self.now,
             fetches,
+            predicted_local: booking.stats.cached_blocks.min(u32::MAX as usize) as u32,
         });
         if self.workers[worker].running.is_none() {
             self.start(worker);
@@ -368,7 +379,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let prepared = &self.workload.requests[job.request as usize];
         let hashes = SequenceHash::as_u64s(&prepared.sequence_hashes);
         let own = &self.workers[worker].cache;
-        let mut position = own.prefix_len(hashes);
+        let held_at_start = own.prefix_len(hashes);
+        let mut position = held_at_start;
         let mut local = position;
         let (mut fetched, mut copied, mut wasted, mut evicted) = (0usize, 0usize, 0usize, 0usize);
         for order in &job.fetches {
@@ -402,6 +414,10 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             }
         }
         let recomputed = hashes.len() - position;
+        let recount = recount_reuse(own, &self.workers, &job.fetches, &hashes[held_at_start..]);
+        if recount != (local - held_at_start, fetched) {
+            self.result.invariants.reuse_recount_mismatches += 1;
+        }
         let cluster = &self.cluster;
         let mut duration = 0.0;
         if copied > 0 {
@@ -429,6 +445,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             recomputed: recomputed as u32,
             fetch_wasted: wasted as u32,
             hint_blocks_evicted: evicted as u32,
+            predicted_local: job.predicted_local,
+            held_at_start: held_at_start as u32,
             arrived_us: job.arrived_us,
             start_us: self.now,
             done_us: self.now + duration,
@@ -443,6 +461,27 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                 worker: worker as u32,
             },
         );
+    }
+
+    /// Compares, once every event is delivered, each worker's cache with its event ledger and
+    /// with the router's view of it.
+    fn check_final_state(&mut self) {
+        let invariants = &mut self.result.invariants;
+        for worker in &self.workers {
+            let ledger = worker.stored_blocks.checked_sub(worker.removed_blocks);
+            if ledger != Some(worker.cache.len() as u64) {
+                invariants.ledger_mismatches += 1;
+            }
+        }
+        for outcome in &self.result.stage_outcomes {
+            let worker = &self.workers[outcome.worker as usize];
+            let hashes = &self.workload.requests[outcome.request as usize].sequence_hashes;
+            if self.router.cached_prefix(worker.id, hashes)
+                != worker.cache.prefix_len(SequenceHash::as_u64s(hashes))
+            {
+                invariants.router_view_mismatches_at_end += 1;
+            }
+        }
     }
 
     /// The worker finished a job: it now holds the prompt's blocks (evicting others), tells the
@@ -485,6 +524,12 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         state
             .cache
             .store_chain(hashes, &mut new, &mut evicted, &mut slots);
+        let not_held = hashes
+            .iter()
+            .zip(&new)
+            .filter(|(hash, is_new)| **is_new && !state.cache.contains(**hash))
+            .count();
+        self.result.invariants.stored_not_held += not_held as u64;
         let events = &mut self.result.events;
         let event_ns = &mut self.result.event_ns;
         let router = self.router;
@@ -526,6 +571,51 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
     }
 }
 
+/// Recounts how the blocks past the prefix a worker held at start were obtained, walking the
+/// prompt rather than the fetch orders: up to the first block neither the worker nor any fetch
+/// source holds, a block the worker holds is local and one only a source holds is fetched.
+/// Returns `(local, fetched)`.
+fn recount_reuse(
+    own: &BlockCache,
+    workers: &[SimWorker],
+    fetches: &[FetchOrder],
+    rest: &[u64],
+) -> (usize, usize) {
+    if fetches.is_empty() {
+        return (0, 0);
+    }
+    // (sequence hash, source) of every block a fetch names, sorted for lookups.
+    let mut offered: Vec<(u64, u32)> = fetches
+        .iter()
+        .flat_map(|order| {
+            let source = order.source;
+            order
+                .block_hashes
+                .iter()
+                .map(move |engine| (sequence_hash_of(*engine), source))
+        })
+        .collect();
+    offered.sort_unstable();
+    let named = |hash: u64| {
+        let first = offered.partition_point(|(offered, _)| *offered < hash);
+        offered[first..]
+            .iter()
+            .take_while(|(offered, _)| *offered == hash)
+            .any(|(_, source)| workers[*source as usize].cache.contains(hash))
+    };
+    let (mut local, mut fetched) = (0, 0);
+    for hash in rest {
+        if own.contains(*hash) {
+            local += 1;
+        } else if named(*hash) {
+            fetched += 1;
+        } else {
+            break;
+        }
+    }
+    (local, fetched)
+}
+
 /// Publishes a run of stored blocks and hands back the buffer, emptied for reuse.
 fn publish_run<R: RouterPort + ?Sized>(
     router: &R,
@@ -556,6 +646,13 @@ fn publish_event<R: RouterPort + ?Sized>(
     event_ns: &mut u64,
     data: KvCacheEventData,
 ) -> KvCacheEventData {
+    match &data {
+        KvCacheEventData::Stored(stored) => worker.stored_blocks += stored.blocks.len() as u64,
+        KvCacheEventData::Removed(removed) => {
+            worker.removed_blocks += removed.block_hashes.len() as u64
+        }
+        KvCacheEventData::Cleared => {}
+    }
     let event = RouterEvent::new(worker.id, worker.next_event_id, data);
     worker.next_event_id += 1;
     *events += 1;

@@ -1,12 +1,13 @@
 //! Per-configuration figures computed from a simulation: hit rates, TTFT, load balance, hints,
 //! the router's own booking latency and throughput.
 
+pub use crate::hit_rate::HitRatePoint;
+
+use crate::hit_rate::hit_rate_over_time;
+use crate::invariants::Invariants;
 use crate::outcome::SimulationResult;
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Points on the hit-rate-over-time curve.
-const TIME_BUCKETS: usize = 40;
 /// Most points kept on the TTFT CDF.
 const CDF_POINTS: usize = 200;
 
@@ -35,8 +36,16 @@ pub struct StageSummary {
     pub fetch_wasted: u64,
     /// Blocks a `kv.fetch` named that the source had already evicted.
     pub hint_blocks_evicted: u64,
-    /// Requests whose local + fetched + recomputed differed from their blocks (always 0).
-    pub conservation_violations: u64,
+    /// Bookings where the router's predicted cached prefix for the booked worker equalled the
+    /// prefix the worker held when it started the request.
+    pub router_view_exact: u64,
+    /// `router_view_exact / served`: how often the router's view was right.
+    pub router_view_exact_rate: f64,
+    /// Mean of |predicted − held at start| over the stage's requests, in blocks.
+    pub router_view_mean_error_blocks: f64,
+    /// Mean of (predicted − held at start), in blocks: above 0 the router expected more than
+    /// the worker still held (evicted meanwhile), below 0 less (events not yet delivered).
+    pub router_view_mean_bias_blocks: f64,
 }
 
 /// p50, p90, p99 and mean of a distribution.
@@ -81,17 +90,6 @@ pub struct RoleLoad {
     pub busy_s: Vec<f64>,
     /// Max over mean busy time: 1.0 is perfectly balanced.
     pub max_over_mean: f64,
-}
-
-/// One point of the hit rate over time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct HitRatePoint {
-    /// Start of the window, in seconds of virtual time (by arrival).
-    pub t_s: f64,
-    /// Share of blocks local in the first stage.
-    pub local: f64,
-    /// Share of blocks local or fetched in the first stage.
-    pub reused: f64,
 }
 
 /// Hints and actions the router sent, and what became of them.
@@ -165,70 +163,110 @@ pub struct ConfigReport {
     pub hit_rate_over_time: Vec<HitRatePoint>,
     /// TTFT CDF: (milliseconds, fraction of served requests at or below).
     pub ttft_cdf: Vec<(f64, f64)>,
+    /// Disagreements between the simulated workers and the router (all zero when sound).
+    pub invariants: Invariants,
 }
 
 impl ConfigReport {
-    /// Whether every request conserved its blocks in every stage.
-    pub fn conservation_holds(&self) -> bool {
-        self.stages.iter().all(|s| s.conservation_violations == 0)
+    /// Whether the simulation and the router agreed on every checked invariant.
+    pub fn invariants_hold(&self) -> bool {
+        self.invariants.hold()
     }
 
     /// Summarises one simulation.
     pub fn from_result(name: &str, router_mode: &str, result: &SimulationResult) -> Self {
-        let mut stages: Vec<StageSummary> = result
-            .stages
-            .iter()
-            .map(|role| StageSummary {
-                role: role.to_string(),
-                ..StageSummary::default()
-            })
-            .collect();
-        for outcome in &result.stage_outcomes {
-            let Some(stage) = stages.get_mut(outcome.stage as usize) else {
-                continue;
-            };
-            stage.served += 1;
-            stage.blocks += u64::from(outcome.blocks);
-            stage.local += u64::from(outcome.local);
-            stage.fetched += u64::from(outcome.fetched);
-            stage.recomputed += u64::from(outcome.recomputed);
-            stage.fetch_wasted += u64::from(outcome.fetch_wasted);
-            stage.hint_blocks_evicted += u64::from(outcome.hint_blocks_evicted);
-            if u64::from(outcome.local) + u64::from(outcome.fetched) + u64::from(outcome.recomputed)
-                != u64::from(outcome.blocks)
-            {
-                stage.conservation_violations += 1;
-            }
+        let (ttft_ms, ttft_cdf, served) = ttft(result);
+        let (hints, router) = hints_and_router_cost(result);
+        Self {
+            name: name.to_owned(),
+            router_mode: router_mode.to_owned(),
+            requests: result.requests.len(),
+            served,
+            book_failures: result.book_failures.clone(),
+            stages: stage_summaries(result),
+            ttft_ms,
+            load: role_loads(result),
+            hints,
+            router,
+            virtual_s: result.virtual_end_us as f64 / 1e6,
+            hit_rate_over_time: hit_rate_over_time(result),
+            ttft_cdf,
+            invariants: result.invariants,
         }
-        for stage in &mut stages {
-            let blocks = stage.blocks.max(1) as f64;
-            stage.local_rate = stage.local as f64 / blocks;
-            stage.fetched_rate = stage.fetched as f64 / blocks;
-            stage.recomputed_rate = stage.recomputed as f64 / blocks;
-        }
+    }
+}
 
-        let mut ttft: Vec<f64> = result
-            .requests
-            .iter()
-            .filter_map(|r| r.ttft_us.map(|us| us as f64 / 1000.0))
-            .collect();
-        let ttft_ms = Percentiles::of(&mut ttft);
-        let step = ttft.len().div_ceil(CDF_POINTS).max(1);
-        let mut ttft_cdf: Vec<(f64, f64)> = ttft
-            .iter()
-            .enumerate()
-            .skip(step - 1)
-            .step_by(step)
-            .map(|(i, ms)| (*ms, (i + 1) as f64 / ttft.len() as f64))
-            .collect();
-        if let Some(last) = ttft.last()
-            && ttft_cdf.last().is_none_or(|(_, f)| *f < 1.0)
-        {
-            ttft_cdf.push((*last, 1.0));
-        }
+/// How each stage's blocks were obtained, and how often the router's view of the booked
+/// worker's cache was right.
+fn stage_summaries(result: &SimulationResult) -> Vec<StageSummary> {
+    let mut stages: Vec<StageSummary> = result
+        .stages
+        .iter()
+        .map(|role| StageSummary {
+            role: role.to_string(),
+            ..StageSummary::default()
+        })
+        .collect();
+    for outcome in &result.stage_outcomes {
+        let Some(stage) = stages.get_mut(outcome.stage as usize) else {
+            continue;
+        };
+        stage.served += 1;
+        stage.blocks += u64::from(outcome.blocks);
+        stage.local += u64::from(outcome.local);
+        stage.fetched += u64::from(outcome.fetched);
+        stage.recomputed += u64::from(outcome.recomputed);
+        stage.fetch_wasted += u64::from(outcome.fetch_wasted);
+        stage.hint_blocks_evicted += u64::from(outcome.hint_blocks_evicted);
+        let error = i64::from(outcome.predicted_local) - i64::from(outcome.held_at_start);
+        stage.router_view_exact += u64::from(error == 0);
+        stage.router_view_mean_error_blocks += error.unsigned_abs() as f64;
+        stage.router_view_mean_bias_blocks += error as f64;
+    }
+    for stage in &mut stages {
+        let blocks = stage.blocks.max(1) as f64;
+        stage.local_rate = stage.local as f64 / blocks;
+        stage.fetched_rate = stage.fetched as f64 / blocks;
+        stage.recomputed_rate = stage.recomputed as f64 / blocks;
+        let served = stage.served.max(1) as f64;
+        stage.router_view_exact_rate = stage.router_view_exact as f64 / served;
+        stage.router_view_mean_error_blocks /= served;
+        stage.router_view_mean_bias_blocks /= served;
+    }
+    stages
+}
 
-        let mut load = Vec::new();
-        for role in &result.stages {
+/// TTFT percentiles in milliseconds, the CDF (at most [`CDF_POINTS`] points, ending at 1.0)
+/// and the number of requests served.
+fn ttft(result: &SimulationResult) -> (Percentiles, Vec<(f64, f64)>, usize) {
+    let mut ttft: Vec<f64> = result
+        .requests
+        .iter()
+        .filter_map(|r| r.ttft_us.map(|us| us as f64 / 1000.0))
+        .collect();
+    let ttft_ms = Percentiles::of(&mut ttft);
+    let step = ttft.len().div_ceil(CDF_POINTS).max(1);
+    let mut ttft_cdf: Vec<(f64, f64)> = ttft
+        .iter()
+        .enumerate()
+        .skip(step - 1)
+        .step_by(step)
+        .map(|(i, ms)| (*ms, (i + 1) as f64 / ttft.len() as f64))
+        .collect();
+    if let Some(last) = ttft.last()
+        && ttft_cdf.last().is_none_or(|(_, f)| *f < 1.0)
+    {
+        ttft_cdf.push((*last, 1.0));
+    }
+    (ttft_ms, ttft_cdf, ttft.len())
+}
+
+/// Busy time per worker of each role, and how far the busiest is from the mean.
+fn role_loads(result: &SimulationResult) -> Vec<RoleLoad> {
+    result
+        .stages
+        .iter()
+        .map(|role| {
             let busy_s: Vec<f64> = result
                 .workers
                 .iter()
@@ -237,98 +275,49 @@ impl ConfigReport {
                 .collect();
             let mean = busy_s.iter().sum::<f64>() / busy_s.len().max(1) as f64;
             let max = busy_s.iter().copied().fold(0.0, f64::max);
-            load.push(RoleLoad {
+            RoleLoad {
                 role: role.to_string(),
                 busy_s,
                 max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
-            });
-        }
-
-        let mut hints = HintSummary::default();
-        let mut latencies: Vec<f64> = Vec::with_capacity(result.bookings.len());
-        let mut book_ns = 0u64;
-        for booking in &result.bookings {
-            hints.hints_sent += u64::from(booking.hint);
-            hints.actions += u64::from(booking.actions);
-            hints.fetch_actions += u64::from(booking.fetch_actions);
-            hints.other_actions += u64::from(booking.other_actions);
-            hints.unusable_fetch_actions += u64::from(booking.unusable_fetch_actions);
-            hints.actions_dropped += u64::from(booking.actions_dropped);
-            hints.policy_failures += u64::from(booking.policy_failures);
-            latencies.push(booking.latency_ns as f64 / 1000.0);
-            book_ns += booking.latency_ns;
-        }
-        let book = Percentiles::of(&mut latencies);
-        let bookings = result.bookings.len() as u64;
-        let wall_s = result.wall.as_secs_f64();
-        let router = RouterCost {
-            bookings,
-            book_p50_us: book.p50,
-            book_p99_us: book.p99,
-            bookings_per_s_router: if book_ns > 0 {
-                bookings as f64 / (book_ns as f64 / 1e9)
-            } else {
-                0.0
-            },
-            bookings_per_s_end_to_end: if wall_s > 0.0 {
-                bookings as f64 / wall_s
-            } else {
-                0.0
-            },
-            events: result.events,
-            event_apply_ms: result.event_ns as f64 / 1e6,
-            book_ms: book_ns as f64 / 1e6,
-            wall_ms: wall_s * 1000.0,
-        };
-
-        Self {
-            name: name.to_owned(),
-            router_mode: router_mode.to_owned(),
-            requests: result.requests.len(),
-            served: ttft.len(),
-            book_failures: result.book_failures.clone(),
-            stages,
-            ttft_ms,
-            load,
-            hints,
-            router,
-            virtual_s: result.virtual_end_us as f64 / 1e6,
-            hit_rate_over_time: hit_rate_over_time(result),
-            ttft_cdf,
-        }
-    }
-}
-
-fn hit_rate_over_time(result: &SimulationResult) -> Vec<HitRatePoint> {
-    let Some(last) = result.requests.iter().map(|r| r.arrival_us).max() else {
-        return Vec::new();
-    };
-    let first = result
-        .requests
-        .iter()
-        .map(|r| r.arrival_us)
-        .min()
-        .unwrap_or(0);
-    let width = ((last - first) / TIME_BUCKETS as u64).max(1);
-    let mut buckets = vec![(0u64, 0u64, 0u64); TIME_BUCKETS];
-    for outcome in result.stage_outcomes.iter().filter(|o| o.stage == 0) {
-        let arrival = result.requests[outcome.request as usize].arrival_us;
-        let index = (((arrival - first) / width) as usize).min(TIME_BUCKETS - 1);
-        let bucket = &mut buckets[index];
-        bucket.0 += u64::from(outcome.blocks);
-        bucket.1 += u64::from(outcome.local);
-        bucket.2 += u64::from(outcome.fetched);
-    }
-    buckets
-        .iter()
-        .enumerate()
-        .filter(|(_, (blocks, _, _))| *blocks > 0)
-        .map(|(index, (blocks, local, fetched))| HitRatePoint {
-            t_s: (first + index as u64 * width) as f64 / 1e6,
-            local: *local as f64 / *blocks as f64,
-            reused: (*local + *fetched) as f64 / *blocks as f64,
+            }
         })
         .collect()
+}
+
+/// What the bookings carried, and what the router's calls cost on the wall clock.
+fn hints_and_router_cost(result: &SimulationResult) -> (HintSummary, RouterCost) {
+    let mut hints = HintSummary::default();
+    let mut latencies: Vec<f64> = Vec::with_capacity(result.bookings.len());
+    let mut book_ns = 0u64;
+    for booking in &result.bookings {
+        hints.hints_sent += u64::from(booking.hint);
+        hints.actions += u64::from(booking.actions);
+        hints.fetch_actions += u64::from(booking.fetch_actions);
+        hints.other_actions += u64::from(booking.other_actions);
+        hints.unusable_fetch_actions += u64::from(booking.unusable_fetch_actions);
+        hints.actions_dropped += u64::from(booking.actions_dropped);
+        hints.policy_failures += u64::from(booking.policy_failures);
+        latencies.push(booking.latency_ns as f64 / 1000.0);
+        book_ns += booking.latency_ns;
+    }
+    let book = Percentiles::of(&mut latencies);
+    let bookings = result.bookings.len() as u64;
+    let wall_s = result.wall.as_secs_f64();
+    let per_second = |count: f64, seconds: f64| {
+        if seconds > 0.0 { count / seconds } else { 0.0 }
+    };
+    let router = RouterCost {
+        bookings,
+        book_p50_us: book.p50,
+        book_p99_us: book.p99,
+        bookings_per_s_router: per_second(bookings as f64, book_ns as f64 / 1e9),
+        bookings_per_s_end_to_end: per_second(bookings as f64, wall_s),
+        events: result.events,
+        event_apply_ms: result.event_ns as f64 / 1e6,
+        book_ms: book_ns as f64 / 1e6,
+        wall_ms: wall_s * 1000.0,
+    };
+    (hints, router)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The embedded default workload: generated, seeded multi-turn sessions with shared system
 //! prompts, so a replay does something meaningful without any file.
 
-use crate::rng::SplitMix64;
 use crate::workload::{Workload, WorkloadRequest};
 use dynamo_kv_router::plugins::SessionContext;
+use dynamo_kv_router::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 /// Parameters of the generated workload. Every field has a default; equal parameters and seed
@@ -70,7 +70,7 @@ impl Context {
 impl SyntheticWorkload {
     /// Generates the requests, sorted by arrival.
     pub fn generate(&self) -> Workload {
-        let mut rng = SplitMix64::new(self.seed);
+        let rng = SplitMix64::seeded(self.seed);
         let block_size = u64::from(self.block_size.max(1));
         let mut next_id: u64 = 1;
         let prompts: Vec<Context> = (0..self.system_prompts.max(1))

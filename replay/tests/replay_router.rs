@@ -14,7 +14,11 @@ fn registry() -> PolicyRegistry {
 }
 
 fn check_invariants(comparison: &Comparison) {
-    assert!(comparison.conservation_holds());
+    assert!(
+        comparison.invariants_hold(),
+        "{:?}",
+        comparison.invariant_violations()
+    );
     for config in &comparison.configs {
         assert_eq!(
             config.served, config.requests,
@@ -22,8 +26,16 @@ fn check_invariants(comparison: &Comparison) {
             config.name, config.book_failures
         );
         assert_eq!(config.hints.policy_failures, 0);
-        let stage = &config.stages[0];
-        assert_eq!(stage.local + stage.fetched + stage.recomputed, stage.blocks);
+        for stage in &config.stages {
+            assert_eq!(stage.served, config.requests, "{}", config.name);
+            // The router books on a view fed by events that lag the workers; it is mostly right.
+            assert!(
+                stage.router_view_exact_rate > 0.5,
+                "{}: router view right {:.3}",
+                config.name,
+                stage.router_view_exact_rate
+            );
+        }
     }
 }
 
@@ -76,15 +88,18 @@ fn builtin_configurations_on_the_generated_workload() {
 
 #[test]
 fn mooncake_trace_with_sixteen_workers() {
+    const TEST: &str = "mooncake_trace_with_sixteen_workers";
     let Some(path) = std::env::var_os("KV_ROUTER_TRACE") else {
-        println!(
-            "skipped: set KV_ROUTER_TRACE to the Mooncake trace (mooncake_synthetic_trace.jsonl)"
+        test_skip::skip_unless_ci(
+            TEST,
+            "set KV_ROUTER_TRACE to the Mooncake trace (mooncake_synthetic_trace.jsonl)",
         );
         return;
     };
     let path = std::path::PathBuf::from(path);
     if !path.exists() {
-        println!("skipped: KV_ROUTER_TRACE={} does not exist", path.display());
+        let reason = format!("KV_ROUTER_TRACE={} does not exist", path.display());
+        test_skip::skip_unless_ci(TEST, &reason);
         return;
     }
     let trace = read_trace_file(&path, true).unwrap();

@@ -1,5 +1,6 @@
-//! The simulated cluster against a scripted stand-in router: conservation, KV events, fetch
-//! execution, eviction accounting, determinism.
+//! The simulated cluster against a scripted stand-in router: invariants checked against
+//! independent records, KV events, fetch execution, eviction accounting, the router-view
+//! figure, determinism.
 
 use dynamo_kv_router::kv::{
     KvCacheEventData, LocalBlockHash, RouterEvent, SequenceHash, next_sequence_hash,
@@ -12,8 +13,8 @@ use dynamo_kv_router::wire::KvHint;
 use kv_router_replay::engine_block::{engine_block_hash, sequence_hash_of};
 use kv_router_replay::simulation::worker_endpoint;
 use kv_router_replay::{
-    ClusterConfig, PreparedWorkload, RouterPort, SimulationResult, SyntheticWorkload, Workload,
-    WorkloadRequest, simulate,
+    ClusterConfig, ConfigReport, PreparedWorkload, RouterPort, SimulationResult, SyntheticWorkload,
+    Workload, WorkloadRequest, simulate,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -35,6 +36,21 @@ struct State {
     prefill_completed: Vec<String>,
     released: Vec<String>,
     extra_action: bool,
+    /// Report, in each booking's stats, the booked worker's prefix from the view.
+    predict: bool,
+    /// Blocks added to the view's prefix when the simulation asks for it (a faulty view).
+    view_error: usize,
+}
+
+impl State {
+    /// The prefix of `blocks` the event-fed view says `worker` holds.
+    fn view_prefix(&self, worker: WorkerId, blocks: &[u64]) -> usize {
+        let held = self.view.get(&worker);
+        blocks
+            .iter()
+            .take_while(|h| held.is_some_and(|held| held.contains_key(h)))
+            .count()
+    }
 }
 
 struct StandIn {
@@ -68,13 +84,7 @@ fn round_robin_with_fetch(state: &State, request: &RouteRequest) -> Decision {
         .collect();
     let booked = role_workers[state.bookings % role_workers.len()];
     let blocks = hashes(request);
-    let prefix = |worker: usize| {
-        let held = state.view.get(&state.workers[worker].id);
-        blocks
-            .iter()
-            .take_while(|h| held.is_some_and(|held| held.contains_key(h)))
-            .count()
-    };
+    let prefix = |worker: usize| state.view_prefix(state.workers[worker].id, blocks);
     let own = prefix(booked);
     let best = role_workers
         .iter()
@@ -137,13 +147,22 @@ impl RouterPort for StandIn {
             actions.push(HintAction::new("kv.prefetch", "1.0", serde_json::json!({})));
         }
         let hint = (!actions.is_empty()).then(|| KvHint::numbered(&request.request_id, actions));
+        let id = state.workers[worker].id;
+        let cached_blocks = if state.predict {
+            state.view_prefix(id, hashes(request))
+        } else {
+            0
+        };
         Ok(Booking {
             request_id: request.request_id.clone(),
             role: request.role,
-            worker: state.workers[worker].id,
+            worker: id,
             hint,
             committed_kv_copy: None,
-            stats: BookingStats::default(),
+            stats: BookingStats {
+                cached_blocks,
+                ..BookingStats::default()
+            },
         })
     }
 
@@ -156,6 +175,12 @@ impl RouterPort for StandIn {
 
     fn release(&self, request_id: &str) {
         self.state.borrow_mut().released.push(request_id.to_owned());
+    }
+
+    fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
+        let state = self.state.borrow();
+        let prefix = state.view_prefix(worker, SequenceHash::as_u64s(sequence_hashes));
+        (prefix + state.view_error).min(sequence_hashes.len())
     }
 }
 
@@ -193,13 +218,10 @@ fn every_request_conserves_its_blocks_and_fetches_are_measured() {
     let router = StandIn::new(round_robin_with_fetch);
     let result = run(&router, &workload, tight_cluster(), &[Role::Aggregated]);
     assert_eq!(result.stage_outcomes.len(), workload.requests.len());
+    assert!(result.invariants.hold(), "{:?}", result.invariants);
     let (mut local, mut fetched, mut recomputed) = (0u64, 0u64, 0u64);
     for outcome in &result.stage_outcomes {
-        assert_eq!(
-            outcome.local + outcome.fetched + outcome.recomputed,
-            outcome.blocks,
-            "conservation broken for {outcome:?}"
-        );
+        assert!(outcome.held_at_start <= outcome.local, "{outcome:?}");
         assert_eq!(
             outcome.blocks as usize,
             workload.requests[outcome.request as usize]
@@ -339,15 +361,14 @@ fn a_fetch_from_a_holding_peer_copies_and_costs_fetch_time() {
         0 => (0, None),
         _ => (1, Some((0, first.clone()))),
     });
-    let result = run(
-        &router,
-        &workload,
-        ClusterConfig {
+    let two_workers = |router: &StandIn| {
+        let cluster = ClusterConfig {
             workers_per_role: 2,
             ..ClusterConfig::default()
-        },
-        &[Role::Aggregated],
-    );
+        };
+        run(router, &workload, cluster, &[Role::Aggregated])
+    };
+    let result = two_workers(&router);
     let second = result.stage_outcomes[1];
     assert_eq!(
         (second.local, second.fetched, second.recomputed),
@@ -356,9 +377,23 @@ fn a_fetch_from_a_holding_peer_copies_and_costs_fetch_time() {
     // 40 blocks at 2,500 blocks/s + 2 ms latency, then 8 blocks (128 tokens) at 10,000 tokens/s.
     assert_eq!(second.done_us - second.start_us, 16_000 + 2_000 + 12_800);
     assert_eq!(result.workers[1].busy_us, 30_800);
-    // Without the hint the same request is computed from scratch: 768 tokens.
+    // The first request computes its 40 blocks (640 tokens) from scratch.
     let first = result.stage_outcomes[0];
     assert_eq!(first.done_us - first.start_us, 64_000);
+    // Without the hint the same second request is computed from scratch: 768 tokens.
+    let unhinted = StandIn::new(|state, _request| (state.bookings.min(1), None));
+    let result = two_workers(&unhinted);
+    let second = result.stage_outcomes[1];
+    assert_eq!(
+        (
+            second.worker,
+            second.local,
+            second.fetched,
+            second.recomputed
+        ),
+        (1, 0, 0, 48)
+    );
+    assert_eq!(second.done_us - second.start_us, 76_800);
 }
 
 #[test]
@@ -395,11 +430,8 @@ fn prefill_then_decode_books_both_roles_and_transfers_the_rest() {
     );
     assert_eq!(result.stage_outcomes.len(), 2 * workload.requests.len());
     assert_eq!(result.workers.len(), 8);
+    assert!(result.invariants.hold(), "{:?}", result.invariants);
     for outcome in &result.stage_outcomes {
-        assert_eq!(
-            outcome.local + outcome.fetched + outcome.recomputed,
-            outcome.blocks
-        );
         let role = router.state.borrow().workers[outcome.worker as usize].role;
         assert_eq!(role, [Role::Prefill, Role::Decode][outcome.stage as usize]);
     }
@@ -437,6 +469,9 @@ fn failed_bookings_are_counted_and_the_replay_goes_on() {
         }
         fn prefill_complete(&self, _: &str) {}
         fn release(&self, _: &str) {}
+        fn cached_prefix(&self, _: WorkerId, _: &[SequenceHash]) -> usize {
+            0
+        }
     }
     let workload = small_workload(6);
     let resolved = tight_cluster().resolve(16).unwrap();
@@ -453,4 +488,62 @@ fn failed_bookings_are_counted_and_the_replay_goes_on() {
         workload.requests.len()
     );
     assert!(result.stage_outcomes.is_empty());
+}
+
+#[test]
+fn a_router_view_that_disagrees_with_the_caches_is_reported() {
+    let workload = small_workload(7);
+    let router = StandIn::new(round_robin_with_fetch);
+    router.state.borrow_mut().view_error = 1;
+    let result = run(&router, &workload, tight_cluster(), &[Role::Aggregated]);
+    let invariants = result.invariants;
+    assert!(
+        invariants.router_view_mismatches_at_end > 0,
+        "{invariants:?}"
+    );
+    assert_eq!(invariants.stored_not_held, 0);
+    assert_eq!(invariants.ledger_mismatches, 0);
+    assert!(!invariants.hold());
+    assert!(invariants.violations()[0].contains("router's final index"));
+}
+
+#[test]
+fn how_often_the_routers_view_was_right_compares_its_prediction_with_the_worker() {
+    // r0 fills worker 0; r1 arrives while r0 is still computing, so its booking sees no event
+    // yet (the view lags); r2 arrives after both finished and sees r0's blocks.
+    let workload = Workload {
+        name: "lag".into(),
+        block_size: 16,
+        requests: vec![
+            request(0, 0..20),
+            request(1_000, 0..20),
+            request(10_000_000, 0..20),
+        ],
+    }
+    .prepare();
+    let router = StandIn::new(|_state, _request| (0, None));
+    router.state.borrow_mut().predict = true;
+    let cluster = ClusterConfig {
+        workers_per_role: 1,
+        ..ClusterConfig::default()
+    };
+    let result = run(&router, &workload, cluster, &[Role::Aggregated]);
+    assert!(result.invariants.hold(), "{:?}", result.invariants);
+    let by_request = |r: u32| {
+        let o = result
+            .stage_outcomes
+            .iter()
+            .find(|o| o.request == r)
+            .unwrap();
+        (o.predicted_local, o.held_at_start)
+    };
+    assert_eq!(by_request(0), (0, 0));
+    assert_eq!(by_request(1), (0, 20), "booked before r0's events arrived");
+    assert_eq!(by_request(2), (20, 20));
+    let report = ConfigReport::from_result("lag", "kv", &result);
+    let stage = &report.stages[0];
+    assert_eq!(stage.router_view_exact, 2);
+    assert!((stage.router_view_exact_rate - 2.0 / 3.0).abs() < 1e-12);
+    assert!((stage.router_view_mean_error_blocks - 20.0 / 3.0).abs() < 1e-12);
+    assert!((stage.router_view_mean_bias_blocks + 20.0 / 3.0).abs() < 1e-12);
 }

@@ -65,3 +65,21 @@ fn the_readme_walkthrough_books_the_worker_that_holds_the_prompt() {
     let summary = walkthrough().unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(summary, "booked 1:0 (cached 4 of 4 blocks), hint: none");
 }
+
+/// The README's block is this file's walk-through, word for word (the doc test of the README
+/// compiles it; this test runs it).
+#[test]
+fn the_readme_shows_this_walkthrough_as_it_runs() {
+    let readme = include_str!("../../README.md");
+    let first_line = "use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};";
+    let start = readme
+        .find(first_line)
+        .expect("the README shows the walk-through");
+    let end = start + readme[start..].find("```").expect("the block is closed");
+    let block = &readme[start..end];
+    assert!(
+        include_str!("readme_router.rs").contains(block),
+        "the README's walk-through differs from tests/tests/readme_router.rs; copy the file's \
+         code into the README:\n{block}"
+    );
+}

@@ -5,6 +5,7 @@ use dynamo_kv_router::kv::{
     EngineBlockHash, KvCacheEventData, LocalBlockHash, RouterEvent, SequenceHash, block_hashes,
     sequence_hashes,
 };
+use dynamo_kv_router::rng::SplitMix64;
 use dynamo_kv_router::router::WorkerId;
 
 pub const BLOCK_SIZE: u32 = 16;
@@ -18,16 +19,16 @@ pub const CONTEXTS: usize = 48;
 /// Contexts each worker caches.
 pub const CONTEXTS_PER_WORKER: usize = 6;
 
-/// SplitMix64, so the workload is the same on every run.
-pub struct Rng(pub u64);
+/// The router's SplitMix64 with a fixed seed, so the workload is the same on every run.
+pub struct Rng(SplitMix64);
 
 impl Rng {
+    pub fn seeded(seed: u64) -> Self {
+        Self(SplitMix64::seeded(seed))
+    }
+
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     pub fn below(&mut self, n: u64) -> u64 {
@@ -93,7 +94,7 @@ pub struct Workload {
 }
 
 pub fn build() -> Workload {
-    let mut rng = Rng(42);
+    let mut rng = Rng::seeded(42);
     let systems: Vec<Vec<u32>> = (0..SYSTEM_PROMPTS)
         .map(|_| random_tokens(&mut rng, SYSTEM_TOKENS))
         .collect();

@@ -2,6 +2,7 @@
 //! entry, and the role it belongs to.
 
 use super::position::Position;
+use super::snippet::{self, Diagnostic};
 use crate::plugins::name::NameProblem;
 use crate::plugins::{ParameterError, RegistryError};
 use crate::router::setup::RouterMode;
@@ -50,7 +51,13 @@ impl ConfigError {
     /// The error for people: the message, the position, and the offending line of `source`
     /// (the file's text) with a caret under the entry.
     pub fn render(&self, source: &str) -> String {
-        super::snippet::render(self, source)
+        let diagnostic = Diagnostic {
+            message: &self.problem,
+            file: &self.file,
+            position: self.position,
+            role: self.role,
+        };
+        snippet::render(&diagnostic, source)
     }
 }
 

@@ -12,6 +12,9 @@ use std::fmt;
 pub struct ParameterNode {
     /// Where the node starts.
     pub position: Position,
+    /// For a mapping entry, where its key was written (errors about a field point there);
+    /// otherwise the same as `position`.
+    pub key_position: Position,
     /// The value.
     pub value: ParameterValue,
 }
@@ -49,8 +52,10 @@ impl ParameterValue {
 
 impl ParameterNode {
     fn from_spanned(spanned: Spanned<ParameterValue>) -> Self {
+        let position = Position::of(&spanned.referenced);
         Self {
-            position: Position::of(&spanned.referenced),
+            position,
+            key_position: position,
             value: spanned.value,
         }
     }
@@ -74,10 +79,23 @@ impl ParameterNode {
         }
     }
 
-    /// The position of the deepest node on `path` (`max_blocks`, `inner.depth`, `list[2]`),
-    /// stopping at the last segment that exists.
+    /// The position of the value of the deepest node on `path` (`max_blocks`, `inner.depth`,
+    /// `list[2]`), stopping at the last segment that exists: where a bad value is written.
     pub fn position_of(&self, path: &str) -> Position {
+        self.walk(path).0.position
+    }
+
+    /// Where the deepest field on `path` is written: its key (or, for a sequence item, the
+    /// item), stopping at the last segment that exists. Errors about a field itself, such as an
+    /// unknown field, point there.
+    pub fn field_position_of(&self, path: &str) -> Position {
+        self.walk(path).1
+    }
+
+    /// The deepest node on `path`, and where it is written (its key, for a mapping entry).
+    fn walk(&self, path: &str) -> (&ParameterNode, Position) {
         let mut node = self;
+        let mut position = self.position;
         for segment in path_segments(path) {
             let next = match (&node.value, segment) {
                 (ParameterValue::Mapping(entries), Segment::Key(key)) => entries
@@ -88,11 +106,17 @@ impl ParameterNode {
                 _ => None,
             };
             match next {
-                Some(child) => node = child,
+                Some(child) => {
+                    position = match segment {
+                        Segment::Key(_) => child.key_position,
+                        Segment::Index(_) => child.position,
+                    };
+                    node = child;
+                }
                 None => break,
             }
         }
-        node.position
+        (node, position)
     }
 }
 
@@ -214,8 +238,10 @@ impl<'de> Visitor<'de> for ValueVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries: Vec<(String, ParameterNode)> = Vec::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value::<ParameterNode>()?;
+        while let Some(key) = map.next_key::<Spanned<String>>()? {
+            let mut value = map.next_value::<ParameterNode>()?;
+            value.key_position = Position::of(&key.referenced);
+            let key = key.value;
             if entries.iter().any(|(existing, _)| *existing == key) {
                 return Err(de::Error::custom(format!(
                     "duplicate parameter key `{key}`"

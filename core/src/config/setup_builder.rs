@@ -6,9 +6,10 @@ use super::parameter_tree::{ParameterNode, ParameterValue};
 use super::position::Position;
 use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
 use crate::plugins::name;
-use crate::plugins::registry::{ConstructError, ConstructedHintPolicy};
+use crate::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use crate::plugins::{
-    Commitments, Partition, PolicyEntry, PolicyParameters, PolicyRegistry, RegistryError,
+    Commitments, HintPolicyEntry, ParameterError, ParameterErrorKind, Partition, PolicyEntry,
+    PolicyParameters, PolicyRegistry, RegistryError,
 };
 use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 use crate::router::worker::Role;
@@ -106,96 +107,100 @@ impl Builder<'_> {
         self.error(policy_type.position, role, problem)
     }
 
+    /// Builds one role's policies, checking each startup rule in turn.
     fn role(&self, role: Role, entry: &Located<RoleEntry>) -> Result<RolePolicies, ConfigError> {
         let path = format!("worker_selection.{role}");
-        let entry_value = &entry.value;
         let partition = Partition {
             role,
             block_size: self.block_size,
         };
-        let policy_type = &entry_value.policy_type;
-        let type_path = if entry_value.policy_type.position == entry.position {
-            path.clone()
-        } else {
-            format!("{path}.type")
-        };
-        let selection_entry = self
-            .registry
-            .worker_selection_policy(&policy_type.value)
-            .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
-        let parameters_path = format!("{path}.parameters");
-        let parameters =
-            self.parameters(role, &parameters_path, entry_value.parameters.as_ref())?;
-        let selection = selection_entry
-            .construct_worker_selection(parameters, &partition)
-            .map_err(|error| {
-                self.construct_error(
-                    role,
-                    error,
-                    Site {
-                        type_path: &type_path,
-                        parameters_path: &parameters_path,
-                        parameters: entry_value.parameters.as_ref(),
-                        fallback: policy_type.position,
-                        policy: selection_entry,
-                    },
-                )
-            })?;
-        tracing::debug!(%role, policy = %policy_type.value, commitments = %selection.commitments, "constructed the worker-selection policy");
-
-        let hints = match &entry_value.hints {
+        let selection = self.selection(role, &path, entry, &partition)?;
+        let hints = match &entry.value.hints {
             Some(list) => self.listed_hints(role, &path, list, &partition)?,
             None if self.router_mode == RouterMode::Kv => {
                 self.default_hints(role, &path, entry, &partition)?
             }
             None => Vec::new(),
         };
-
         if self.router_mode == RouterMode::Kv
             && selection.commitments.contains(Commitments::KV_COPY)
         {
-            let senders: Vec<&RoleHint> = hints
-                .iter()
-                .filter(|hint| hint.policy.commitments.contains(Commitments::KV_COPY))
-                .collect();
-            let (position, site_path) = match &entry_value.hints {
-                Some(list) => (list.position, format!("{path}.hints")),
-                None => (entry.position, path.clone()),
-            };
-            if senders.is_empty() {
-                return Err(self.error(
-                    position,
-                    role,
-                    ConfigProblem::MissingKvCopySender {
-                        path: site_path,
-                        selection: policy_type.value.clone(),
-                        available: self.kv_copy_senders(),
-                    },
-                ));
-            }
-            if senders.len() > 1 {
-                return Err(self.error(
-                    position,
-                    role,
-                    ConfigProblem::SeveralKvCopySenders {
-                        path: site_path,
-                        selection: policy_type.value.clone(),
-                        count: senders.len(),
-                        senders: senders
-                            .iter()
-                            .map(|hint| format!("`{}`", hint.label()))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    },
-                ));
-            }
+            self.check_one_kv_copy_sender(role, &path, entry, &hints)?;
         }
-
         Ok(RolePolicies {
-            selection_type: policy_type.value.clone(),
+            selection_type: entry.value.policy_type.value.clone(),
             selection,
             hints,
         })
+    }
+
+    /// The role's worker-selection policy: a linked selection type, built from its parameters.
+    fn selection(
+        &self,
+        role: Role,
+        path: &str,
+        entry: &Located<RoleEntry>,
+        partition: &Partition,
+    ) -> Result<ConstructedSelectionPolicy, ConfigError> {
+        let entry_value = &entry.value;
+        let policy_type = &entry_value.policy_type;
+        let type_path = if policy_type.position == entry.position {
+            path.to_owned()
+        } else {
+            format!("{path}.type")
+        };
+        let policy = self
+            .registry
+            .worker_selection_policy(&policy_type.value)
+            .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
+        let selection = self.build_from_parameters(
+            role,
+            path,
+            entry_value.parameters.as_ref(),
+            policy_type.position,
+            policy,
+            |parameters| policy.construct_worker_selection(parameters, partition),
+        )?;
+        tracing::debug!(%role, policy = %policy_type.value, commitments = %selection.commitments, "constructed the worker-selection policy");
+        Ok(selection)
+    }
+
+    /// Rule: a selection policy that commits KV copies needs exactly one hint that sends them.
+    fn check_one_kv_copy_sender(
+        &self,
+        role: Role,
+        path: &str,
+        entry: &Located<RoleEntry>,
+        hints: &[RoleHint],
+    ) -> Result<(), ConfigError> {
+        let senders: Vec<&RoleHint> = hints
+            .iter()
+            .filter(|hint| hint.policy.commitments.contains(Commitments::KV_COPY))
+            .collect();
+        let (position, site_path) = match &entry.value.hints {
+            Some(list) => (list.position, format!("{path}.hints")),
+            None => (entry.position, path.to_owned()),
+        };
+        let selection = entry.value.policy_type.value.clone();
+        let problem = match senders.len() {
+            1 => return Ok(()),
+            0 => ConfigProblem::MissingKvCopySender {
+                path: site_path,
+                selection,
+                available: self.kv_copy_senders(),
+            },
+            count => ConfigProblem::SeveralKvCopySenders {
+                path: site_path,
+                selection,
+                count,
+                senders: senders
+                    .iter()
+                    .map(|hint| format!("`{}`", hint.label()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        };
+        Err(self.error(position, role, problem))
     }
 
     fn kv_copy_senders(&self) -> String {
@@ -215,6 +220,7 @@ impl Builder<'_> {
         }
     }
 
+    /// The hints a role lists, in order, each checked and built.
     fn listed_hints(
         &self,
         role: Role,
@@ -222,23 +228,7 @@ impl Builder<'_> {
         list: &Located<Vec<Located<HintEntry>>>,
         partition: &Partition,
     ) -> Result<Vec<RoleHint>, ConfigError> {
-        if self.router_mode != RouterMode::Kv && !list.value.is_empty() {
-            let count = list.value.len();
-            return Err(self.error(
-                list.position,
-                role,
-                ConfigProblem::HintsOutsideKvMode {
-                    path: format!("{path}.hints"),
-                    count,
-                    policies: if count == 1 {
-                        "policy is"
-                    } else {
-                        "policies are"
-                    },
-                    mode: self.router_mode,
-                },
-            ));
-        }
+        self.check_hints_allowed(role, path, list)?;
         let mut type_counts: HashMap<&str, usize> = HashMap::new();
         for item in &list.value {
             *type_counts
@@ -249,88 +239,141 @@ impl Builder<'_> {
         let mut hints = Vec::with_capacity(list.value.len());
         for (index, item) in list.value.iter().enumerate() {
             let entry_path = format!("{path}.hints[{index}]");
-            let hint = &item.value;
-            let policy_type = &hint.policy_type;
-            let type_path = format!("{entry_path}.type");
+            let policy_type = &item.value.policy_type;
             let policy = self
                 .registry
                 .hint_policy(&policy_type.value)
-                .map_err(|source| self.unknown_policy(role, policy_type, &type_path, source))?;
-            let (label, label_position) = match &hint.name {
-                Some(name) => {
-                    name::check_syntax(&name.value).map_err(|problem| {
-                        self.error(
-                            name.position,
-                            role,
-                            ConfigProblem::MalformedHintName {
-                                path: format!("{entry_path}.name"),
-                                name: name.value.clone(),
-                                problem,
-                            },
-                        )
-                    })?;
-                    (name.value.as_str(), name.position)
-                }
-                None => {
-                    let count = type_counts
-                        .get(policy_type.value.as_str())
-                        .copied()
-                        .unwrap_or(1);
-                    if count > 1 {
-                        return Err(self.error(
-                            item.position,
-                            role,
-                            ConfigProblem::UnnamedRepeatedHint {
-                                path: entry_path,
-                                policy: policy_type.value.clone(),
-                                count,
-                            },
-                        ));
-                    }
-                    (policy_type.value.as_str(), item.position)
-                }
-            };
-            if let Some((_, other)) = labels.iter().find(|(existing, _)| *existing == label) {
-                return Err(self.error(
-                    label_position,
-                    role,
-                    ConfigProblem::DuplicateHintName {
-                        path: entry_path,
-                        name: label.to_owned(),
-                        other: other.clone(),
-                    },
-                ));
-            }
-            labels.push((label, entry_path.clone()));
-
-            let parameters_path = format!("{entry_path}.parameters");
-            let parameters = self.parameters(role, &parameters_path, hint.parameters.as_ref())?;
-            let constructed = policy
-                .construct_hint(parameters, partition)
-                .map_err(|error| {
-                    self.construct_error(
-                        role,
-                        error,
-                        Site {
-                            type_path: &type_path,
-                            parameters_path: &parameters_path,
-                            parameters: hint.parameters.as_ref(),
-                            fallback: item.position,
-                            policy,
-                        },
-                    )
+                .map_err(|source| {
+                    self.unknown_policy(role, policy_type, &format!("{entry_path}.type"), source)
                 })?;
-            hints.push(self.role_hint(
-                role,
-                policy,
-                hint.name.as_ref(),
-                HintOrigin::Listed,
-                constructed,
-            ));
+            let count = type_counts
+                .get(policy_type.value.as_str())
+                .copied()
+                .unwrap_or(1);
+            let (label, label_position) = self.hint_label(role, &entry_path, item, count)?;
+            self.check_label_unique(role, &entry_path, label, label_position, &labels)?;
+            labels.push((label, entry_path.clone()));
+            hints.push(self.listed_hint(role, &entry_path, item, policy, partition)?);
         }
         Ok(hints)
     }
 
+    /// Rule: hints run only on the KV path, so other modes list none.
+    fn check_hints_allowed(
+        &self,
+        role: Role,
+        path: &str,
+        list: &Located<Vec<Located<HintEntry>>>,
+    ) -> Result<(), ConfigError> {
+        if self.router_mode == RouterMode::Kv || list.value.is_empty() {
+            return Ok(());
+        }
+        let count = list.value.len();
+        Err(self.error(
+            list.position,
+            role,
+            ConfigProblem::HintsOutsideKvMode {
+                path: format!("{path}.hints"),
+                count,
+                policies: if count == 1 {
+                    "policy is"
+                } else {
+                    "policies are"
+                },
+                mode: self.router_mode,
+            },
+        ))
+    }
+
+    /// The hint's label and where it is written. Rules: a `name` is a valid name, and a type
+    /// listed `type_count` > 1 times needs a `name` on each entry.
+    fn hint_label<'h>(
+        &self,
+        role: Role,
+        entry_path: &str,
+        item: &'h Located<HintEntry>,
+        type_count: usize,
+    ) -> Result<(&'h str, Position), ConfigError> {
+        let policy_type = &item.value.policy_type;
+        match &item.value.name {
+            Some(name) => {
+                name::check_syntax(&name.value).map_err(|problem| {
+                    self.error(
+                        name.position,
+                        role,
+                        ConfigProblem::MalformedHintName {
+                            path: format!("{entry_path}.name"),
+                            name: name.value.clone(),
+                            problem,
+                        },
+                    )
+                })?;
+                Ok((name.value.as_str(), name.position))
+            }
+            None if type_count > 1 => Err(self.error(
+                item.position,
+                role,
+                ConfigProblem::UnnamedRepeatedHint {
+                    path: entry_path.to_owned(),
+                    policy: policy_type.value.clone(),
+                    count: type_count,
+                },
+            )),
+            None => Ok((policy_type.value.as_str(), item.position)),
+        }
+    }
+
+    /// Rule: no two hints of a role share a label.
+    fn check_label_unique(
+        &self,
+        role: Role,
+        entry_path: &str,
+        label: &str,
+        position: Position,
+        labels: &[(&str, String)],
+    ) -> Result<(), ConfigError> {
+        match labels.iter().find(|(existing, _)| *existing == label) {
+            Some((_, other)) => Err(self.error(
+                position,
+                role,
+                ConfigProblem::DuplicateHintName {
+                    path: entry_path.to_owned(),
+                    name: label.to_owned(),
+                    other: other.clone(),
+                },
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A listed hint built from its parameters.
+    fn listed_hint(
+        &self,
+        role: Role,
+        entry_path: &str,
+        item: &Located<HintEntry>,
+        policy: &HintPolicyEntry,
+        partition: &Partition,
+    ) -> Result<RoleHint, ConfigError> {
+        let hint = &item.value;
+        let constructed = self.build_from_parameters(
+            role,
+            entry_path,
+            hint.parameters.as_ref(),
+            item.position,
+            policy,
+            |parameters| policy.construct_hint(parameters, partition),
+        )?;
+        Ok(self.role_hint(
+            role,
+            policy,
+            hint.name.as_ref(),
+            HintOrigin::Listed,
+            constructed,
+        ))
+    }
+
+    /// The hints that run by default under the role's selection policy (no `hints` key).
     fn default_hints(
         &self,
         role: Role,
@@ -344,17 +387,11 @@ impl Builder<'_> {
             let constructed = policy
                 .construct_hint(PolicyParameters::empty(), partition)
                 .map_err(|error| {
-                    let problem = match error {
-                        ConstructError::Parameters(error) => ConfigProblem::DefaultHintRejected {
-                            path: path.to_owned(),
-                            policy: policy.name.clone(),
-                            selection: selection_type.to_owned(),
-                            error,
-                        },
-                        ConstructError::WrongKind(source) => ConfigProblem::UnknownPolicy {
-                            path: path.to_owned(),
-                            source,
-                        },
+                    let problem = ConfigProblem::DefaultHintRejected {
+                        path: path.to_owned(),
+                        policy: policy.name.clone(),
+                        selection: selection_type.to_owned(),
+                        error,
                     };
                     self.error(entry.position, role, problem)
                 })?;
@@ -404,38 +441,33 @@ impl Builder<'_> {
         }
     }
 
-    fn construct_error(&self, role: Role, error: ConstructError, site: Site<'_>) -> ConfigError {
-        match error {
-            ConstructError::Parameters(error) => {
-                let position = site
-                    .parameters
-                    .map_or(site.fallback, |node| node.position_of(error.path()));
-                self.error(
-                    position,
-                    role,
-                    ConfigProblem::Parameters {
-                        error: error.under(site.parameters_path),
-                        policy: site.policy.name.clone(),
-                    },
-                )
-            }
-            ConstructError::WrongKind(source) => self.error(
-                site.fallback,
+    /// Reads the parameters of the entry at `entry_path` and builds its policy from them; a
+    /// provider's rejection is reported at the offending field when it can be found.
+    fn build_from_parameters<T>(
+        &self,
+        role: Role,
+        entry_path: &str,
+        node: Option<&ParameterNode>,
+        fallback: Position,
+        policy: &PolicyEntry,
+        build: impl FnOnce(PolicyParameters) -> Result<T, ParameterError>,
+    ) -> Result<T, ConfigError> {
+        let parameters_path = format!("{entry_path}.parameters");
+        let parameters = self.parameters(role, &parameters_path, node)?;
+        build(parameters).map_err(|error| {
+            // A bad value points at the value; a field the policy does not read, at its key.
+            let position = node.map_or(fallback, |node| match error.kind() {
+                ParameterErrorKind::Invalid => node.position_of(error.path()),
+                ParameterErrorKind::UnknownField => node.field_position_of(error.path()),
+            });
+            self.error(
+                position,
                 role,
-                ConfigProblem::UnknownPolicy {
-                    path: site.type_path.to_owned(),
-                    source,
+                ConfigProblem::Parameters {
+                    error: error.under(&parameters_path),
+                    policy: policy.name.clone(),
                 },
-            ),
-        }
+            )
+        })
     }
-}
-
-/// Where a policy entry sits, for its construction errors.
-struct Site<'a> {
-    type_path: &'a str,
-    parameters_path: &'a str,
-    parameters: Option<&'a ParameterNode>,
-    fallback: Position,
-    policy: &'a PolicyEntry,
 }

@@ -1,17 +1,31 @@
-//! Renders a [`ConfigError`] for people: the message, `--> file:line:column`, and the offending
+//! Renders a diagnostic for people: the message, `--> file:line:column`, and the offending
 //! line of the file with a caret under the entry (the layout of rustc's diagnostics).
+//! [`ConfigError::render`](super::ConfigError::render) describes itself as a [`Diagnostic`].
 
-use super::error::ConfigError;
-use std::fmt::Write;
+use super::position::Position;
+use crate::router::worker::Role;
+use std::fmt::{self, Write};
 
 /// Lines of context shown before the offending line.
 const CONTEXT_LINES: usize = 2;
 /// Longest stretch of a line shown; long lines are cropped around the caret.
 const MAX_SHOWN_CHARS: usize = 120;
 
+/// What a rendered error says and where it points.
+pub(super) struct Diagnostic<'a> {
+    /// The problem, shown after `error: `.
+    pub(super) message: &'a dyn fmt::Display,
+    /// The file, as named to the loader.
+    pub(super) file: &'a str,
+    /// Where the offending entry starts.
+    pub(super) position: Position,
+    /// The role the entry belongs to, if any.
+    pub(super) role: Option<Role>,
+}
+
 /// The error with its snippet; without a known position, the message alone.
-pub(super) fn render(error: &ConfigError, source: &str) -> String {
-    let mut out = format!("error: {}\n", error.problem);
+pub(super) fn render(error: &Diagnostic<'_>, source: &str) -> String {
+    let mut out = format!("error: {}\n", error.message);
     let position = error.position;
     if !position.is_known() {
         let _ = writeln!(out, "  --> {}", error.file);

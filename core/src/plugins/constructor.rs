@@ -46,48 +46,35 @@ impl<P: ?Sized> PolicyConstructor<P> {
     }
 }
 
-impl PolicyConstructor<dyn HintPolicy> {
-    /// One instance, shared by every role that configures the policy with these parameters.
-    pub fn shared(policy: impl HintPolicy + 'static) -> Self {
-        Self {
-            build: ConstructorKind::Shared(Arc::new(policy)),
-        }
-    }
+/// The constructors of one policy trait object: `shared` and `per_partition`, the same for
+/// both kinds of policy.
+macro_rules! constructors {
+    ($policy:ident) => {
+        impl PolicyConstructor<dyn $policy> {
+            /// One instance, shared by every role that configures the policy with these
+            /// parameters.
+            pub fn shared(policy: impl $policy + 'static) -> Self {
+                Self {
+                    build: ConstructorKind::Shared(Arc::new(policy)),
+                }
+            }
 
-    /// A new instance for each role, built by `build` at startup.
-    pub fn per_partition<T>(
-        build: impl Fn(&Partition) -> Result<T, ParameterError> + Send + Sync + 'static,
-    ) -> Self
-    where
-        T: HintPolicy + 'static,
-    {
-        Self {
-            build: ConstructorKind::PerPartition(Box::new(move |partition| {
-                Ok(Arc::new(build(partition)?) as Arc<dyn HintPolicy>)
-            })),
+            /// A new instance for each role, built by `build` at startup.
+            pub fn per_partition<T>(
+                build: impl Fn(&Partition) -> Result<T, ParameterError> + Send + Sync + 'static,
+            ) -> Self
+            where
+                T: $policy + 'static,
+            {
+                Self {
+                    build: ConstructorKind::PerPartition(Box::new(move |partition| {
+                        Ok(Arc::new(build(partition)?) as Arc<dyn $policy>)
+                    })),
+                }
+            }
         }
-    }
+    };
 }
 
-impl PolicyConstructor<dyn WorkerSelectionPolicy> {
-    /// One instance, shared by every role that configures the policy with these parameters.
-    pub fn shared(policy: impl WorkerSelectionPolicy + 'static) -> Self {
-        Self {
-            build: ConstructorKind::Shared(Arc::new(policy)),
-        }
-    }
-
-    /// A new instance for each role, built by `build` at startup.
-    pub fn per_partition<T>(
-        build: impl Fn(&Partition) -> Result<T, ParameterError> + Send + Sync + 'static,
-    ) -> Self
-    where
-        T: WorkerSelectionPolicy + 'static,
-    {
-        Self {
-            build: ConstructorKind::PerPartition(Box::new(move |partition| {
-                Ok(Arc::new(build(partition)?) as Arc<dyn WorkerSelectionPolicy>)
-            })),
-        }
-    }
-}
+constructors!(HintPolicy);
+constructors!(WorkerSelectionPolicy);

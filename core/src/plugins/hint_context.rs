@@ -74,9 +74,16 @@ impl<'a> HintContext<'a> {
         self.sequence_hashes()
     }
 
-    /// Every candidate worker of the role with its cached prefix length, load and capabilities.
-    pub fn overlaps(&self) -> &'a [Candidate] {
+    /// Every candidate worker of the role with its cached prefix length, load and capabilities
+    /// (the same list the selection policy saw in
+    /// [`WorkerSelectionContext::candidates`](super::WorkerSelectionContext::candidates)).
+    pub fn candidates(&self) -> &'a [Candidate] {
         self.request.candidates
+    }
+
+    /// The former name of [`candidates`](Self::candidates), kept so existing plugins build.
+    pub fn overlaps(&self) -> &'a [Candidate] {
+        self.candidates()
     }
 
     /// Length, in blocks, of the request's prefix that the booked worker caches.

@@ -34,11 +34,15 @@ pub use hint_host::HintHost;
 pub use kv_copy::KvCopy;
 pub use kv_fetch_payload::{KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload};
 pub use parameters::{
-    HintPolicyParameters, ParameterError, PolicyParameters, WorkerSelectionParameters,
+    HintPolicyParameters, ParameterError, ParameterErrorKind, PolicyParameters,
+    WorkerSelectionParameters,
 };
 pub use policy_error::PolicyError;
 pub use registration::PolicyRegistration;
-pub use registry::{PolicyEntry, PolicyKind, PolicyRegistry, RegistryError, SourceLocation};
+pub use registry::{
+    HintPolicyEntry, PolicyEntry, PolicyKind, PolicyRegistry, RegistryError, SourceLocation,
+    WorkerSelectionPolicyEntry,
+};
 pub use request_view::{BlockLookup, RequestView};
 pub use selection::{
     Selection, WorkerSelectionContext, WorkerSelectionPolicy, WorkerSelectionProvider,

@@ -50,7 +50,13 @@ impl PolicyParameters {
         let ignoring = serde_ignored::Deserializer::new(value, &mut record);
         let parsed: T = serde_path_to_error::deserialize(ignoring).map_err(|error| {
             let field = error.path().to_string();
-            ParameterError::invalid(field, error.into_inner().to_string())
+            let message = error.into_inner().to_string();
+            // `#[serde(deny_unknown_fields)]` reports an unknown field as a custom error.
+            if message.starts_with("unknown field `") {
+                ParameterError::unknown_field_with(field, message)
+            } else {
+                ParameterError::invalid(field, message)
+            }
         })?;
         match unknown.into_iter().next() {
             Some(field) => Err(ParameterError::unknown_field(field)),
@@ -106,6 +112,16 @@ impl ParameterError {
         Self {
             path,
             message: format!("unknown field `{name}`; remove it or correct its spelling"),
+            kind: ParameterErrorKind::UnknownField,
+        }
+    }
+
+    /// `field` is not read by the policy, as `message` (serde's, which lists the expected
+    /// fields) explains.
+    pub fn unknown_field_with(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        Self {
+            path: normalise_path(field.into()),
+            message: message.to_string(),
             kind: ParameterErrorKind::UnknownField,
         }
     }

@@ -14,11 +14,6 @@ impl PolicyError {
     pub fn new(message: impl Into<String>) -> Self {
         Self(message.into().into())
     }
-
-    /// The underlying error.
-    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        &*self.0
-    }
 }
 
 impl<E> From<E> for PolicyError

@@ -4,13 +4,14 @@
 use super::setup::RouterMode;
 use super::worker::Role;
 use super::workers::WorkerEntry;
+use crate::rng::SplitMix64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The per-role state of the blind modes.
 pub(crate) struct BlindSelector {
     turns: [AtomicUsize; Role::ALL.len()],
-    random_state: AtomicU64,
+    random: SplitMix64,
 }
 
 impl BlindSelector {
@@ -18,7 +19,7 @@ impl BlindSelector {
     pub(crate) fn new(seed: u64) -> Self {
         Self {
             turns: std::array::from_fn(|_| AtomicUsize::new(0)),
-            random_state: AtomicU64::new(seed),
+            random: SplitMix64::seeded(seed),
         }
     }
 
@@ -34,25 +35,13 @@ impl BlindSelector {
             RouterMode::RoundRobin => {
                 self.turns[role_index(role)].fetch_add(1, Ordering::Relaxed) % count
             }
-            RouterMode::Random => (self.next_random() % count as u64) as usize,
+            RouterMode::Random => (self.random.next_u64() % count as u64) as usize,
             RouterMode::LeastLoaded | RouterMode::Kv => workers
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, entry)| (entry.load.snapshot().active_blocks, entry.info.id))
                 .map_or(0, |(position, _)| position),
         }
-    }
-
-    /// SplitMix64: a seeded, lock-free sequence.
-    fn next_random(&self) -> u64 {
-        let state = self
-            .random_state
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

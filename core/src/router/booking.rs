@@ -1,5 +1,6 @@
 //! The result of booking a request: the worker, the hint for it, and what the booking did.
 
+use crate::metrics::BookErrorReason;
 use crate::plugins::KvCopy;
 use crate::router::worker::{Role, WorkerId};
 use crate::wire::KvHint;
@@ -106,13 +107,18 @@ pub enum BookError {
 impl BookError {
     /// The error's label in metrics.
     pub const fn reason(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The error's reason, which has its own metrics counter.
+    pub const fn kind(&self) -> BookErrorReason {
         match self {
-            BookError::NoRoleConfig { .. } => "no_role_config",
-            BookError::NoWorkers { .. } => "no_workers",
-            BookError::SelectionFailed { .. } => "selection_failed",
-            BookError::SelectionPanicked { .. } => "selection_panicked",
-            BookError::NotACandidate { .. } => "not_a_candidate",
-            BookError::NotRegistered { .. } => "not_registered",
+            BookError::NoRoleConfig { .. } => BookErrorReason::NoRoleConfig,
+            BookError::NoWorkers { .. } => BookErrorReason::NoWorkers,
+            BookError::SelectionFailed { .. } => BookErrorReason::SelectionFailed,
+            BookError::SelectionPanicked { .. } => BookErrorReason::SelectionPanicked,
+            BookError::NotACandidate { .. } => BookErrorReason::NotACandidate,
+            BookError::NotRegistered { .. } => BookErrorReason::NotRegistered,
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The registry of workers: who is registered, in which role, with which capabilities and load.
 
-use super::load::WorkerLoadCell;
+mod load_cell;
+
+pub(crate) use load_cell::WorkerLoadCell;
+
 use super::worker::{Role, WorkerId, WorkerInfo};
 use std::collections::BTreeMap;
 use std::sync::Arc;

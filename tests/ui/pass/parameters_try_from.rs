@@ -33,7 +33,7 @@ impl HintPolicy for Prefetch {
 fn main() {
     let registry = PolicyRegistry::linked().unwrap();
     let entry = registry.hint_policy("parameters_try_from").unwrap();
-    assert_eq!(entry.parameters_type.as_deref(), Some("Limits < usize >"));
+    assert_eq!(entry.parameters_type.as_deref(), Some("Limits<usize>"));
     let partition = Partition { role: Role::Decode, block_size: 16 };
     let good = HintPolicyParameters::new(serde_json::json!({ "per_session": { "a": 2 } }));
     assert!(entry.construct_hint(good, &partition).is_ok());

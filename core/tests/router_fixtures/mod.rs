@@ -127,7 +127,7 @@ impl HintPolicy for CopySender {
         }
         let booked = context.booked_cached_blocks();
         let Some(source) = context
-            .overlaps()
+            .candidates()
             .iter()
             .filter(|c| c.is_fetch_source_for(context.worker()) && c.cached_blocks > booked)
             .max_by_key(|c| (c.cached_blocks, std::cmp::Reverse(c.worker)))

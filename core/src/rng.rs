@@ -1,4 +1,5 @@
-//! The small seedable random source the pickers draw from.
+//! The small seedable random source of the router: the blind `random` mode, the catalog's
+//! pickers and the replay's generated workloads draw from it.
 //!
 //! SplitMix64 (Steele, Lea and Flood, 2014): one 64-bit counter advanced by a fixed odd
 //! increment, with a bijective mixer on the output. It passes BigCrush, needs no dependency,
@@ -58,6 +59,21 @@ impl SplitMix64 {
     pub fn below(&self, n: usize) -> usize {
         ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
     }
+
+    /// An integer in `low..=high` (`low` when `high <= low`), by remainder: the bias is below
+    /// `(high - low + 1) / 2⁶⁴`, fine for generated workloads.
+    pub fn range(&self, low: u64, high: u64) -> u64 {
+        if high <= low {
+            return low;
+        }
+        low + self.next_u64() % (high - low + 1)
+    }
+
+    /// An exponentially distributed value with the given mean.
+    pub fn exponential(&self, mean: f64) -> f64 {
+        // 1 - u is in (0, 1], so the logarithm is finite.
+        -(1.0 - self.next_f64()).ln() * mean
+    }
 }
 
 #[cfg(test)]
@@ -91,7 +107,28 @@ mod tests {
             assert!((0.0..1.0).contains(&x));
             seen[rng.below(5)] += 1;
         }
-        assert!(seen.iter().all(|&count| count > 1_800), "{seen:?}");
+        // Each count is Binomial(10000, 1/5): mean 2,000, σ = √(10000 · 1/5 · 4/5) = 40; a uniform
+        // `below` stays within 5σ (200) except with probability below 10⁻⁶.
+        assert!(
+            seen.iter().all(|&count| count.abs_diff(2_000) <= 200),
+            "{seen:?}"
+        );
         assert_eq!(rng.below(0), 0);
+    }
+
+    #[test]
+    fn ranges_and_exponentials_hold() {
+        let a = SplitMix64::seeded(7);
+        assert_ne!(
+            SplitMix64::seeded(7).next_u64(),
+            SplitMix64::seeded(8).next_u64()
+        );
+        for _ in 0..1000 {
+            let x = a.range(3, 9);
+            assert!((3..=9).contains(&x));
+            assert!(a.exponential(2.0) >= 0.0);
+        }
+        assert_eq!(a.range(5, 5), 5);
+        assert_eq!(a.range(5, 2), 5);
     }
 }
