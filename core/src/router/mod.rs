@@ -17,6 +17,7 @@ mod booking_lookup;
 mod booking_scratch;
 mod hint_assembly;
 mod load;
+mod peer_booking;
 pub mod request;
 pub mod setup;
 pub mod worker;
@@ -108,6 +109,10 @@ pub struct Router {
     options: RouterOptions,
     state: RwLock<RouterState>,
     ledger: Mutex<LoadLedger>,
+    /// Bookings other router replicas made, mirrored (see `peer_booking`).
+    peer_ledger: Mutex<LoadLedger>,
+    /// Peer bookings released by their TTL.
+    peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
     policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
     blind: BlindSelector,
@@ -139,6 +144,8 @@ impl Router {
             options,
             state: RwLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
+            peer_ledger: Mutex::new(LoadLedger::default()),
+            peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
             policy_failures,
             blind: BlindSelector::new(options.seed),
