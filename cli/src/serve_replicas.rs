@@ -187,6 +187,7 @@ impl StartedReplica {
                 ),
                 Err(problem) => writeln!(out, "{problem}"),
             };
+            let _ = out.flush();
         }
     }
 }
