@@ -9,12 +9,7 @@ use dynamo_kv_router::router::{BookError, Role, Router, RouterMode, RouterOption
 use router_fixtures::*;
 
 fn load_of(router: &Router, id: WorkerId) -> WorkerLoad {
-    router
-        .workers()
-        .into_iter()
-        .find(|(info, _)| info.id == id)
-        .map(|(_, load)| load)
-        .unwrap_or_default()
+    router.load_of(id).unwrap_or_default()
 }
 
 fn hinting_router() -> Router {

@@ -43,7 +43,7 @@ impl IdealHitRate {
             let hit = request
                 .sequence_hashes
                 .iter()
-                .take_while(|hash| cached.contains(hash))
+                .take_while(|hash| cached.contains(*hash))
                 .count() as u64;
             cached.extend(request.sequence_hashes.iter().copied());
             let total = request.sequence_hashes.len() as u64;
@@ -140,7 +140,12 @@ mod tests {
             arrival_us,
             prompt_tokens: sequence_hashes.len() * 4,
             output_tokens: 1,
-            local_hashes: Vec::new(),
+            // The ideal reads sequence hashes only; the local hashes are filler.
+            local_hashes: sequence_hashes
+                .iter()
+                .copied()
+                .map(dynamo_kv_router::kv::LocalBlockHash)
+                .collect(),
             sequence_hashes: sequence_hashes.iter().copied().map(SequenceHash).collect(),
             session: SessionContext::default(),
         }

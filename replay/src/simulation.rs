@@ -12,16 +12,17 @@ use dynamo_kv_router::kv::{
     EngineBlockHash, KvCacheEventData, KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData,
     RouterEvent, SequenceHash,
 };
+use dynamo_kv_router::plugins::{KV_FETCH_ACTION_TYPE, KV_FETCH_ACTION_VERSION, KvFetchPayload};
 use dynamo_kv_router::router::{
     Prompt, Role, RouteRequest, RouterError, WorkerCapabilities, WorkerId, WorkerInfo,
 };
-use dynamo_kv_router::wire::KvHint;
+use dynamo_kv_router::wire::{KvHint, NumberedAction};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
 /// The action type a simulated worker executes; every other type is counted and ignored.
-pub const KV_FETCH: &str = "kv.fetch";
+pub const KV_FETCH: &str = KV_FETCH_ACTION_TYPE;
 
 /// The source endpoint simulated worker `index` advertises.
 pub fn worker_endpoint(index: usize) -> String {
@@ -58,9 +59,11 @@ pub fn stages_for(roles: &[Role]) -> Vec<Role> {
         .collect()
 }
 
+/// A `kv.fetch` to execute: the source worker and its engine hashes, root-aligned (entry `i`
+/// names request block `i`).
 struct FetchOrder {
     source: u32,
-    block_hashes: Vec<u64>,
+    block_hashes: Vec<EngineBlockHash>,
 }
 
 struct Job {
@@ -344,7 +347,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
                 record.other_actions += 1;
                 continue;
             }
-            match self.fetch_order(&action.payload) {
+            match self.fetch_order(action) {
                 Some(order) => {
                     record.fetch_actions += 1;
                     fetches.push(order);
@@ -355,18 +358,18 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         fetches
     }
 
-    fn fetch_order(&self, payload: &serde_json::Value) -> Option<FetchOrder> {
-        let endpoint = payload.get("source_control_endpoint")?.as_str()?;
-        let source = *self.endpoints.get(&endpoint_key(endpoint))?;
-        let block_hashes = payload
-            .get("block_hashes")?
-            .as_array()?
-            .iter()
-            .map(serde_json::Value::as_u64)
-            .collect::<Option<Vec<u64>>>()?;
+    /// The fetch a `kv.fetch@1.0` action asks for, read by its typed payload contract.
+    fn fetch_order(&self, action: &NumberedAction) -> Option<FetchOrder> {
+        if action.action_version != KV_FETCH_ACTION_VERSION {
+            return None;
+        }
+        let payload = KvFetchPayload::from_payload(&action.payload).ok()?;
+        let source = *self
+            .endpoints
+            .get(&endpoint_key(&payload.source_control_endpoint))?;
         Some(FetchOrder {
             source,
-            block_hashes,
+            block_hashes: payload.block_hashes,
         })
     }
 
@@ -385,27 +388,37 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let (mut fetched, mut copied, mut wasted, mut evicted) = (0usize, 0usize, 0usize, 0usize);
         for order in &job.fetches {
             let source = &self.workers[order.source as usize].cache;
-            for engine_hash in &order.block_hashes {
-                let sequence_hash = sequence_hash_of(*engine_hash);
-                let at_frontier = hashes.get(position) == Some(&sequence_hash);
+            // The payload is root-aligned: the worker skips the entries of blocks it holds and
+            // fetches only the suffix it lacks, from its frontier on.
+            let named = order.block_hashes.len().min(hashes.len());
+            while position < named {
+                let sequence_hash = sequence_hash_of(order.block_hashes[position].0);
+                if sequence_hash != hashes[position] {
+                    // Not this request's block: the payload broke the contract; what the
+                    // source still holds of the rest is copied for nothing.
+                    wasted += order.block_hashes[position..]
+                        .iter()
+                        .filter(|engine| source.contains(sequence_hash_of(engine.0)))
+                        .count();
+                    copied += wasted;
+                    break;
+                }
                 if own.contains(sequence_hash) {
-                    if at_frontier {
-                        local += 1;
-                        position += 1;
-                    }
+                    local += 1;
+                    position += 1;
                     continue;
                 }
                 if !source.contains(sequence_hash) {
-                    evicted += 1;
-                    continue;
+                    // The source evicted it: the rest of the suffix cannot be used.
+                    evicted += order.block_hashes[position..named]
+                        .iter()
+                        .filter(|engine| !own.contains(sequence_hash_of(engine.0)))
+                        .count();
+                    break;
                 }
                 copied += 1;
-                if at_frontier {
-                    fetched += 1;
-                    position += 1;
-                } else {
-                    wasted += 1;
-                }
+                fetched += 1;
+                position += 1;
             }
             // A fetch can bridge a gap to blocks the worker still holds further on.
             while position < hashes.len() && own.contains(hashes[position]) {
@@ -476,9 +489,8 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         for outcome in &self.result.stage_outcomes {
             let worker = &self.workers[outcome.worker as usize];
             let hashes = &self.workload.requests[outcome.request as usize].sequence_hashes;
-            if self.router.cached_prefix(worker.id, hashes)
-                != worker.cache.prefix_len(SequenceHash::as_u64s(hashes))
-            {
+            let own = worker.cache.prefix_len(SequenceHash::as_u64s(hashes));
+            if self.router.cached_prefix(worker.id, hashes) != own {
                 invariants.router_view_mismatches_at_end += 1;
             }
         }
@@ -592,7 +604,7 @@ fn recount_reuse(
             order
                 .block_hashes
                 .iter()
-                .map(move |engine| (sequence_hash_of(*engine), source))
+                .map(move |engine| (sequence_hash_of(engine.0), source))
         })
         .collect();
     offered.sort_unstable();
@@ -647,9 +659,9 @@ fn publish_event<R: RouterPort + ?Sized>(
     data: KvCacheEventData,
 ) -> KvCacheEventData {
     match &data {
-        KvCacheEventData::Stored(stored) => worker.stored_blocks += stored.blocks.len() as u64,
-        KvCacheEventData::Removed(removed) => {
-            worker.removed_blocks += removed.block_hashes.len() as u64
+        KvCacheEventData::Stored(store) => worker.stored_blocks += store.blocks.len() as u64,
+        KvCacheEventData::Removed(remove) => {
+            worker.removed_blocks += remove.block_hashes.len() as u64;
         }
         KvCacheEventData::Cleared => {}
     }

@@ -397,6 +397,76 @@ fn a_fetch_from_a_holding_peer_copies_and_costs_fetch_time() {
 }
 
 #[test]
+fn a_root_aligned_fetch_copies_only_the_suffix_the_worker_lacks() {
+    // r0 puts blocks 0..8 on worker 0, r1 blocks 0..4 on worker 1; r2 (blocks 0..10) goes to
+    // worker 1 with a fetch naming worker 0's blocks 0..8 from the root.
+    let workload = Workload {
+        name: "suffix".into(),
+        block_size: 16,
+        requests: vec![
+            request(0, 0..8),
+            request(1_000_000, 0..4),
+            request(2_000_000, 0..10),
+        ],
+    }
+    .prepare();
+    let first = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes).to_vec();
+    let router = StandIn::new(move |state, _request| match state.bookings {
+        0 => (0, None),
+        1 => (1, None),
+        _ => (1, Some((0, first.clone()))),
+    });
+    let cluster = ClusterConfig {
+        workers_per_role: 2,
+        ..ClusterConfig::default()
+    };
+    let result = run(&router, &workload, cluster, &[Role::Aggregated]);
+    let last = result
+        .stage_outcomes
+        .iter()
+        .find(|o| o.request == 2)
+        .unwrap();
+    assert_eq!(
+        (last.local, last.fetched, last.recomputed, last.fetch_wasted),
+        (4, 4, 2, 0)
+    );
+    // 4 blocks at 2,500 blocks/s + 2 ms latency, then 2 blocks (32 tokens) at 10,000 tokens/s.
+    assert_eq!(last.done_us - last.start_us, 1_600 + 2_000 + 3_200);
+}
+
+#[test]
+fn a_payload_that_is_not_root_aligned_is_wasted() {
+    // The fetch names worker 0's blocks from block 1, not from the root: entry 0 is not the
+    // request's block 0, so nothing of it is usable.
+    let workload = Workload {
+        name: "misaligned".into(),
+        block_size: 16,
+        requests: vec![request(0, 0..8), request(1_000_000, 0..8)],
+    }
+    .prepare();
+    let suffix = SequenceHash::as_u64s(&workload.requests[0].sequence_hashes)[1..].to_vec();
+    let router = StandIn::new(move |state, _request| match state.bookings {
+        0 => (0, None),
+        _ => (1, Some((0, suffix.clone()))),
+    });
+    let cluster = ClusterConfig {
+        workers_per_role: 2,
+        ..ClusterConfig::default()
+    };
+    let result = run(&router, &workload, cluster, &[Role::Aggregated]);
+    let second = result.stage_outcomes[1];
+    assert_eq!(
+        (
+            second.local,
+            second.fetched,
+            second.recomputed,
+            second.fetch_wasted
+        ),
+        (0, 0, 8, 7)
+    );
+}
+
+#[test]
 fn other_action_types_are_counted_and_ignored() {
     let workload = small_workload(3);
     let router = StandIn::new(|state, request| {

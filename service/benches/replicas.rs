@@ -263,10 +263,22 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // `cargo bench -p kv-router-service --bench replicas -- lag` runs only the matching parts.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |part: &str| only.is_empty() || only.iter().any(|o| part.contains(o.as_str()));
     runtime.block_on(async {
-        warm_start_figures().await;
-        throughput(1, 20_000).await;
-        throughput(3, 20_000).await;
-        sync_lag(2_000).await;
+        if run("warm-start") {
+            warm_start_figures().await;
+        }
+        if run("throughput") {
+            throughput(1, 20_000).await;
+            throughput(3, 20_000).await;
+        }
+        if run("lag") {
+            sync_lag(2_000).await;
+        }
     });
 }

@@ -1,6 +1,5 @@
 //! The service's errors and their HTTP answers: a status and `{"error": "..."}`.
 
-use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -43,16 +42,12 @@ impl ServiceError {
 
 /// An error answer: `status` with `{"error": message}`.
 pub fn json_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (
-        status,
-        Json(serde_json::json!({ "error": message.to_string() })),
-    )
-        .into_response()
+    crate::json_body::json_response(status, &serde_json::json!({ "error": message.to_string() }))
 }
 
 /// The success answer of lifecycle calls: `status` with `{"status": "ok"}`.
 pub fn json_ok(status: StatusCode) -> Response {
-    (status, Json(serde_json::json!({ "status": "ok" }))).into_response()
+    crate::json_body::json_response(status, &serde_json::json!({ "status": "ok" }))
 }
 
 impl IntoResponse for ServiceError {

@@ -1,15 +1,16 @@
 //! The HTTP routes (upstream's selection-service paths), their JSON bodies and error answers.
 
 use crate::error::{ServiceError, json_error, json_ok};
+use crate::json_body::{JsonBody, Refused, json_response};
 use crate::selection_request::{OverlapScoresRequest, ReservationRequest, SelectRequest};
 use crate::selection_service::SelectionService;
 use crate::worker_record::{WorkerPatchRequest, WorkerRequest};
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::Router;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
-use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -22,21 +23,8 @@ struct FilterQuery {
     routing_group: Option<String>,
 }
 
-/// A request the extractor refused: its status and message, answered as `{"error": ...}`.
-struct Refused(StatusCode, String);
-
-impl IntoResponse for Refused {
-    fn into_response(self) -> Response {
-        json_error(self.0, self.1)
-    }
-}
-
-/// A JSON body, or why it was refused: 400 for bad syntax, 422 for wrong field types, 413 over
-/// the size limit, 415 without a JSON content type.
-fn body<T>(payload: Result<Json<T>, JsonRejection>) -> Result<T, Refused> {
-    payload
-        .map(|Json(value)| value)
-        .map_err(|rejection| Refused(rejection.status(), rejection.body_text()))
+fn body<T>(payload: Result<JsonBody<T>, Refused>) -> Result<T, Refused> {
+    payload.map(|JsonBody(value)| value)
 }
 
 fn path<T>(value: Result<Path<T>, PathRejection>) -> Result<T, Refused> {
@@ -47,14 +35,14 @@ fn path<T>(value: Result<Path<T>, PathRejection>) -> Result<T, Refused> {
 
 fn answer<T: serde::Serialize>(status: StatusCode, result: Result<T, ServiceError>) -> Response {
     match result {
-        Ok(value) => (status, Json(value)).into_response(),
+        Ok(value) => json_response(status, &value),
         Err(error) => error.into_response(),
     }
 }
 
 async fn create_worker(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<WorkerRequest>, JsonRejection>,
+    payload: Result<JsonBody<WorkerRequest>, Refused>,
 ) -> Response {
     match body(payload) {
         Ok(request) => answer(StatusCode::CREATED, service.upsert_worker(request)),
@@ -65,7 +53,7 @@ async fn create_worker(
 async fn patch_worker(
     State(service): State<Arc<SelectionService>>,
     worker_id: Result<Path<u64>, PathRejection>,
-    payload: Result<Json<WorkerPatchRequest>, JsonRejection>,
+    payload: Result<JsonBody<WorkerPatchRequest>, Refused>,
 ) -> Response {
     let worker_id = match path(worker_id) {
         Ok(id) => id,
@@ -91,16 +79,18 @@ async fn list_workers(
     State(service): State<Arc<SelectionService>>,
     Query(filter): Query<FilterQuery>,
 ) -> Response {
-    Json(service.list_workers(
-        filter.model_name.as_deref(),
-        filter.routing_group.as_deref(),
-    ))
-    .into_response()
+    json_response(
+        StatusCode::OK,
+        &service.list_workers(
+            filter.model_name.as_deref(),
+            filter.routing_group.as_deref(),
+        ),
+    )
 }
 
 async fn select(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<SelectRequest>, JsonRejection>,
+    payload: Result<JsonBody<SelectRequest>, Refused>,
 ) -> Response {
     match body(payload) {
         Ok(request) => answer(StatusCode::OK, service.select(request)),
@@ -110,7 +100,7 @@ async fn select(
 
 async fn select_and_reserve(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<SelectRequest>, JsonRejection>,
+    payload: Result<JsonBody<SelectRequest>, Refused>,
 ) -> Response {
     match body(payload) {
         Ok(request) => answer(StatusCode::OK, service.select_and_reserve(request)),
@@ -120,7 +110,7 @@ async fn select_and_reserve(
 
 async fn create_reservation(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<ReservationRequest>, JsonRejection>,
+    payload: Result<JsonBody<ReservationRequest>, Refused>,
 ) -> Response {
     match body(payload) {
         Ok(request) => answer(StatusCode::CREATED, service.create_reservation(request)),
@@ -159,23 +149,25 @@ async fn ready(State(service): State<Arc<SelectionService>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(response)).into_response()
+    json_response(status, &response)
 }
 
 async fn loads(
     State(service): State<Arc<SelectionService>>,
     Query(filter): Query<FilterQuery>,
 ) -> Response {
-    Json(service.loads(
-        filter.model_name.as_deref(),
-        filter.routing_group.as_deref(),
-    ))
-    .into_response()
+    json_response(
+        StatusCode::OK,
+        &service.loads(
+            filter.model_name.as_deref(),
+            filter.routing_group.as_deref(),
+        ),
+    )
 }
 
 async fn overlap_scores(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<OverlapScoresRequest>, JsonRejection>,
+    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
 ) -> Response {
     match body(payload) {
         Ok(request) => answer(StatusCode::OK, service.overlap_scores(request)),
@@ -183,8 +175,18 @@ async fn overlap_scores(
     }
 }
 
+async fn potential_loads(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.potential_loads(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
 async fn dump(State(service): State<Arc<SelectionService>>) -> Response {
-    Json(service.dump()).into_response()
+    json_response(StatusCode::OK, &service.dump())
 }
 
 async fn metrics(State(service): State<Arc<SelectionService>>) -> Response {
@@ -222,6 +224,7 @@ pub fn router(service: Arc<SelectionService>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/loads", get(loads))
+        .route("/potential_loads", post(potential_loads))
         .route("/overlap_scores", post(overlap_scores))
         .route("/dump", get(dump))
         .route("/metrics", get(metrics))

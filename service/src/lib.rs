@@ -15,6 +15,7 @@ pub mod event_transport;
 pub mod http;
 pub mod ingest_stats;
 pub mod ingress;
+pub mod json_body;
 pub mod kv_listener;
 pub mod loopback_client;
 pub mod membership;

@@ -60,20 +60,56 @@ impl SelectionService {
             .collect()
     }
 
+    /// `POST /potential_loads`: each registered rank's load of the partition if the prompt
+    /// were booked there: its reserved prefill plus the prompt's uncached tokens on that rank,
+    /// its active blocks plus the prompt's blocks, its active requests.
+    pub fn potential_loads(
+        &self,
+        mut request: OverlapScoresRequest,
+    ) -> Result<Vec<PotentialLoad>, ServiceError> {
+        let key = PartitionKey {
+            model_name: std::mem::take(&mut request.model_name),
+            routing_group: std::mem::take(&mut request.routing_group),
+        };
+        let partition = self.ready_partition(&key)?;
+        let prompt = request
+            .take_prompt()
+            .normalize(partition.block_size, partition.eagle)?;
+        let block_size = partition.block_size as usize;
+        Ok(partition
+            .router
+            .workers()
+            .into_iter()
+            .map(|(info, load)| {
+                let cached = partition
+                    .router
+                    .cached_prefix(info.id, &prompt.sequence_hashes);
+                let uncached = prompt.isl_tokens.saturating_sub(cached * block_size);
+                PotentialLoad {
+                    worker_id: info.id.worker_id,
+                    dp_rank: info.id.dp_rank,
+                    potential_prefill_tokens: load.active_prefill_tokens as usize + uncached,
+                    potential_decode_blocks: load.active_blocks as usize
+                        + prompt.sequence_hashes.len(),
+                    active_requests: load.active_requests as usize,
+                }
+            })
+            .collect())
+    }
+
     /// `POST /overlap_scores`: how many leading prompt blocks each schedulable worker rank of
     /// the partition caches.
     pub fn overlap_scores(
         &self,
-        request: OverlapScoresRequest,
+        mut request: OverlapScoresRequest,
     ) -> Result<OverlapScoresResponse, ServiceError> {
+        let prompt_request = request.take_prompt();
         let key = PartitionKey {
             model_name: request.model_name,
             routing_group: request.routing_group,
         };
         let partition = self.ready_partition(&key)?;
-        let prompt = request
-            .prompt
-            .normalize(partition.block_size, partition.eagle)?;
+        let prompt = prompt_request.normalize(partition.block_size, partition.eagle)?;
         let ranks: Vec<WorkerId> = self
             .catalog
             .read()

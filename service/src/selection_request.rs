@@ -6,6 +6,53 @@ use dynamo_kv_router::plugins::SessionContext;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Declares a request body with the prompt fields of [`PromptRequest`] inline, and
+/// `take_prompt` to move them out. (Not `#[serde(flatten)]`: flattening buffers every token of
+/// the body before reading it, which doubles the parse time of long prompts.)
+macro_rules! with_prompt_fields {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+            /// See [`PromptRequest::token_ids`].
+            pub token_ids: Option<Vec<u32>>,
+            /// See [`PromptRequest::mm_routing_info`].
+            pub mm_routing_info: Option<MmRoutingInfo>,
+            /// See [`PromptRequest::block_mm_infos`].
+            pub block_mm_infos: Option<Vec<serde_json::Value>>,
+            /// See [`PromptRequest::block_hashes`].
+            pub block_hashes: Option<Vec<i64>>,
+            /// See [`PromptRequest::sequence_hashes`].
+            pub sequence_hashes: Option<Vec<i64>>,
+            /// See [`PromptRequest::isl_tokens`].
+            pub isl_tokens: Option<usize>,
+            /// See [`PromptRequest::lora_name`].
+            pub lora_name: Option<String>,
+            /// See [`PromptRequest::cache_salt`].
+            pub cache_salt: Option<String>,
+            /// See [`PromptRequest::is_eagle`].
+            pub is_eagle: Option<bool>,
+        }
+
+        impl $name {
+            /// Moves the prompt fields out (they are left empty).
+            pub fn take_prompt(&mut self) -> PromptRequest {
+                PromptRequest {
+                    token_ids: self.token_ids.take(),
+                    mm_routing_info: self.mm_routing_info.take(),
+                    block_mm_infos: self.block_mm_infos.take(),
+                    block_hashes: self.block_hashes.take(),
+                    sequence_hashes: self.sequence_hashes.take(),
+                    isl_tokens: self.isl_tokens.take(),
+                    lora_name: self.lora_name.take(),
+                    cache_salt: self.cache_salt.take(),
+                    is_eagle: self.is_eagle.take(),
+                }
+            }
+        }
+    };
+}
+
 /// A prompt: `token_ids`, or upstream's hash-only trio (`block_hashes`, `sequence_hashes`,
 /// `isl_tokens`), with the identity that salts its hashes.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -92,6 +139,7 @@ impl InputTrigger {
     }
 }
 
+with_prompt_fields! {
 /// The fields `/select` and `/select_and_reserve` share.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SelectRequest {
@@ -103,9 +151,6 @@ pub struct SelectRequest {
     pub routing_group: String,
     /// The booking id (`/select_and_reserve` makes one up when absent).
     pub selection_id: Option<String>,
-    /// The prompt.
-    #[serde(flatten)]
-    pub prompt: PromptRequest,
     /// Upstream's per-request router overrides (accepted; this router has none to override).
     pub router_config_override: Option<serde_json::Value>,
     /// Expected output length (accepted and unused).
@@ -128,6 +173,7 @@ pub struct SelectRequest {
     /// The role to book (extension; default `aggregated`).
     #[serde(default)]
     pub role: Option<WireRole>,
+}
 }
 
 impl SelectRequest {
@@ -158,6 +204,7 @@ impl SelectRequest {
     }
 }
 
+with_prompt_fields! {
 /// The body of `POST /reservations`: replay the selection cached under `selection_id` by an
 /// earlier `/select`, or (with `worker_id`) book that worker directly.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -174,9 +221,6 @@ pub struct ReservationRequest {
     pub worker_id: Option<u64>,
     /// Its rank (default 0).
     pub dp_rank: Option<u32>,
-    /// The prompt (explicit form).
-    #[serde(flatten)]
-    pub prompt: PromptRequest,
     /// Accepted and unused.
     pub router_config_override: Option<serde_json::Value>,
     /// Accepted and unused.
@@ -189,8 +233,10 @@ pub struct ReservationRequest {
     #[serde(default)]
     pub role: Option<WireRole>,
 }
+}
 
-/// The body of `POST /overlap_scores`.
+with_prompt_fields! {
+/// The body of `POST /overlap_scores` and `POST /potential_loads`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct OverlapScoresRequest {
     /// The model.
@@ -199,9 +245,7 @@ pub struct OverlapScoresRequest {
     /// The routing group.
     #[serde(default = "default_routing_group")]
     pub routing_group: String,
-    /// The prompt.
-    #[serde(flatten)]
-    pub prompt: PromptRequest,
     /// Accepted and unused.
     pub router_config_override: Option<serde_json::Value>,
+}
 }

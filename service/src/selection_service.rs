@@ -128,6 +128,7 @@ impl SelectionService {
             model_name: std::mem::take(&mut request.model_name),
             routing_group: std::mem::take(&mut request.routing_group),
         };
+        let prompt_request = request.take_prompt();
         let partition = self.ready_partition(&key)?;
         let role = request.role.unwrap_or_default().0;
         let selection_id = match admission {
@@ -144,7 +145,14 @@ impl SelectionService {
         {
             self.claim(id, &key)?;
         }
-        let result = self.select_on(&partition, &request, role, admission, selection_id.clone());
+        let result = self.select_on(
+            &partition,
+            &request,
+            &prompt_request,
+            role,
+            admission,
+            selection_id.clone(),
+        );
         if admission == Admission::Book
             && let Some(id) = &selection_id
         {
@@ -177,7 +185,7 @@ impl SelectionService {
             observer.booked(BookedRequest {
                 selection_id: id.clone(),
                 worker: booking.worker,
-                token_ids: request.prompt.routing_tokens().map(<[u32]>::to_vec),
+                token_ids: prompt_request.routing_tokens().map(<[u32]>::to_vec),
                 hint: booking.hint.clone(),
             });
         }
@@ -227,13 +235,12 @@ impl SelectionService {
         &self,
         partition: &Partition,
         request: &SelectRequest,
+        prompt: &crate::selection_request::PromptRequest,
         role: Role,
         admission: Admission,
         selection_id: Option<String>,
     ) -> Result<(Booking, crate::prompt::NormalizedPrompt), ServiceError> {
-        let prompt = request
-            .prompt
-            .normalize(partition.block_size, partition.eagle)?;
+        let prompt = prompt.normalize(partition.block_size, partition.eagle)?;
         let route = RouteRequest::new(
             selection_id.unwrap_or_default(),
             role,
@@ -415,8 +422,9 @@ impl SelectionService {
     /// `worker_id`) the named worker.
     pub fn create_reservation(
         &self,
-        request: ReservationRequest,
+        mut request: ReservationRequest,
     ) -> Result<ReservationResponse, ServiceError> {
+        let prompt = request.take_prompt();
         let key = PartitionKey {
             model_name: request.model_name.clone(),
             routing_group: request.routing_group.clone(),
@@ -426,7 +434,7 @@ impl SelectionService {
         let (route, worker, prefill) = match request.worker_id {
             Some(worker_id) => {
                 self.pending.lock().remove(&key, &selection_id);
-                self.explicit_booking(&partition, &request, worker_id)?
+                self.explicit_booking(&partition, &request, &prompt, worker_id)?
             }
             None => {
                 let pending = self
@@ -499,9 +507,9 @@ impl SelectionService {
         &self,
         partition: &Partition,
         request: &ReservationRequest,
+        prompt: &crate::selection_request::PromptRequest,
         worker_id: u64,
     ) -> Result<(RouteRequest, WorkerId, Option<usize>), ServiceError> {
-        let prompt = &request.prompt;
         let (sequence_hashes, isl_tokens) = if prompt.token_ids.is_some()
             || prompt.mm_routing_info.is_some()
         {

@@ -95,20 +95,11 @@ impl RouterState {
         Self { workers, dump }
     }
 
-    /// Reads the answers of `GET /workers` and `GET /dump`.
-    pub fn from_answers(
-        workers: serde_json::Value,
-        dump: serde_json::Value,
-    ) -> Result<Self, SnapshotError> {
-        let workers = match workers {
-            serde_json::Value::Array(workers) => workers,
-            other => {
-                return Err(SnapshotError::Malformed(format!(
-                    "GET /workers answered {other}, not a list"
-                )));
-            }
-        };
-        let dump = serde_json::from_value(dump)
+    /// Reads the bodies of the answers to `GET /workers` and `GET /dump`.
+    pub fn from_answers(workers: &[u8], dump: &[u8]) -> Result<Self, SnapshotError> {
+        let workers = serde_json::from_slice(workers)
+            .map_err(|error| SnapshotError::Malformed(format!("GET /workers: {error}")))?;
+        let dump = serde_json::from_slice(dump)
             .map_err(|error| SnapshotError::Malformed(format!("GET /dump: {error}")))?;
         Ok(Self { workers, dump })
     }

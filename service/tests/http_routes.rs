@@ -237,17 +237,6 @@ async fn booking_answers_and_load_accounting() {
     assert_all_loads_zero(&mut client).await;
 }
 
-async fn assert_all_loads_zero(client: &mut kv_router_service::loopback_client::LoopbackClient) {
-    let loads = client.get("/loads").await.expect("loads").json();
-    for partition in loads.as_array().expect("partitions") {
-        for load in partition["loads"].as_array().expect("loads") {
-            assert_eq!(load["active_requests"], json!(0), "{loads}");
-            assert_eq!(load["potential_prefill_tokens"], json!(0), "{loads}");
-            assert_eq!(load["potential_decode_blocks"], json!(0), "{loads}");
-        }
-    }
-}
-
 #[tokio::test]
 async fn select_then_reserve_and_explicit_reservations() {
     let service = start(DEFAULT_YAML).await;
@@ -573,6 +562,19 @@ async fn overlap_scores_and_metrics() {
             ],
             "shared_cache": {"enabled": false, "total_hit_blocks": 0, "ranges": [], "error": null}
         })
+    );
+    let potential = client
+        .post_json(
+            "/potential_loads",
+            &json!({"model_name": "m", "token_ids": tokens(50, 2)}),
+        )
+        .await
+        .expect("potential loads");
+    expect_status(&potential, 200);
+    assert_eq!(
+        potential.json()[0],
+        json!({"worker_id": 1, "dp_rank": 0, "potential_prefill_tokens": 50,
+               "potential_decode_blocks": 3, "active_requests": 0})
     );
     let answer = client
         .post_json("/select_and_reserve", &booking("m1", &tokens(20, 1)))

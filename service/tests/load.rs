@@ -60,14 +60,7 @@ async fn concurrent_bookings_and_releases_balance() {
     }
     assert_eq!(answers, CLIENTS * BOOKINGS_PER_CLIENT * 3);
 
-    let loads = admin.get("/loads").await.expect("loads").json();
-    let loads = loads[0]["loads"].as_array().expect("loads").clone();
-    assert_eq!(loads.len(), 4);
-    for load in &loads {
-        assert_eq!(load["active_requests"], json!(0), "{load}");
-        assert_eq!(load["potential_prefill_tokens"], json!(0), "{load}");
-        assert_eq!(load["potential_decode_blocks"], json!(0), "{load}");
-    }
+    assert_all_loads_zero(&mut admin).await;
     let metrics = admin.get("/metrics").await.expect("metrics").text();
     let bookings = format!(
         "kv_router_bookings_total{{model_name=\"m\",routing_group=\"default\"}} {}",

@@ -1,8 +1,9 @@
 //! Interoperability with real libzmq: a Python fake engine on pyzmq + msgspec
 //! (`service/scripts/pyzmq_engine.py`) publishes vLLM-layout events and serves replays; the
 //! service indexes them, replays a lost batch, and books the worker holding the prefix.
-//! The interpreter comes from `KV_ROUTER_PYTHON` (`.ci/run` points it at a venv with pinned
-//! pyzmq and msgspec); without it the test says it is skipped, and under CI it fails.
+//! The interpreter comes from `KV_ROUTER_PYTHON` (`.ci/run` points it at `target/ci-venv`, with
+//! pyzmq and msgspec pinned in `.ci/requirements.txt`); without it the test prints a `SKIPPED`
+//! line, and under CI it fails.
 
 mod common;
 
@@ -101,7 +102,7 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pyzmq_engine_feeds_the_index_and_replays() {
     let Ok(python) = std::env::var("KV_ROUTER_PYTHON") else {
-        skip_unless_ci(
+        test_skip::skip_unless_ci(
             TEST,
             "set KV_ROUTER_PYTHON to a Python with pyzmq and msgspec (.ci/run does)",
         );
@@ -110,7 +111,7 @@ async fn a_pyzmq_engine_feeds_the_index_and_replays() {
     let (mut engine, endpoints) = match PythonEngine::start(&python) {
         Ok(started) => started,
         Err(reason) => {
-            skip_unless_ci(TEST, &reason);
+            test_skip::skip_unless_ci(TEST, &reason);
             return;
         }
     };

@@ -219,11 +219,7 @@ async fn events_bookings_hints_replay_restart_and_reconnect() {
             200,
         );
     }
-    let loads = client.get("/loads").await.expect("loads").json();
-    for load in loads[0]["loads"].as_array().expect("loads") {
-        assert_eq!(load["active_requests"], json!(0), "{loads}");
-        assert_eq!(load["potential_decode_blocks"], json!(0), "{loads}");
-    }
+    assert_all_loads_zero(&mut client).await;
 
     // Deleting a worker drops its blocks.
     expect_status(&client.delete("/workers/1").await.expect("delete"), 200);

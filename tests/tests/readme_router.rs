@@ -66,6 +66,23 @@ fn the_readme_walkthrough_books_the_worker_that_holds_the_prompt() {
     assert_eq!(summary, "booked 1:0 (cached 4 of 4 blocks), hint: none");
 }
 
+#[test]
+fn the_readme_salted_request_hashes_apart_from_the_plain_one() {
+    use dynamo_kv_router::kv::RequestIdentity;
+
+    let request = RouteRequest::new("req-1", Role::Decode, Prompt::Tokens(vec![1, 2, 3, 4]))
+        .with_identity(
+            RequestIdentity::plain()
+                .with_lora("my-lora")
+                .with_cache_namespace("tenant-a"),
+        );
+    let tokens: Vec<u32> = (1..=12).collect();
+    let salted = dynamo_kv_router::kv::sequence_hashes_for_request(&tokens, 4, &request.identity);
+    let plain = dynamo_kv_router::kv::sequence_hashes_for_tokens(&tokens, 4);
+    assert_eq!(salted.len(), plain.len());
+    assert!(salted.iter().zip(&plain).all(|(a, b)| a != b));
+}
+
 /// The README's block is this file's walk-through, word for word (the doc test of the README
 /// compiles it; this test runs it).
 #[test]

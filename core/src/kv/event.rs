@@ -276,6 +276,20 @@ impl KvCacheEventData {
     }
 }
 
+impl StorageTier {
+    /// The tier of an engine event's `medium` (vLLM/SGLang ZMQ events), as upstream maps it;
+    /// `None` for a medium upstream does not know.
+    pub fn from_kv_medium(medium: &str) -> Option<Self> {
+        match medium {
+            "GPU" | "DEVICE" => Some(Self::Device),
+            "CPU" | "CPU_PINNED" | "CPU_TIER1" => Some(Self::HostPinned),
+            "CPU_TIER2" | "DISK" | "NVME" | "STORAGE" => Some(Self::Disk),
+            "EXTERNAL" | "NETWORK" | "REMOTE" | "SHARED" => Some(Self::External),
+            _ => None,
+        }
+    }
+}
+
 impl ResidencyDomain {
     /// Whether the field was absent.
     pub fn is_missing(&self) -> bool {
@@ -511,6 +525,24 @@ mod tests {
             ),
             Some(OtherTier)
         );
+    }
+
+    #[test]
+    fn engine_media_map_to_tiers_as_upstream() {
+        assert_eq!(
+            StorageTier::from_kv_medium("GPU"),
+            Some(StorageTier::Device)
+        );
+        assert_eq!(
+            StorageTier::from_kv_medium("CPU_TIER1"),
+            Some(StorageTier::HostPinned)
+        );
+        assert_eq!(StorageTier::from_kv_medium("NVME"), Some(StorageTier::Disk));
+        assert_eq!(
+            StorageTier::from_kv_medium("SHARED"),
+            Some(StorageTier::External)
+        );
+        assert_eq!(StorageTier::from_kv_medium("gpu"), None);
     }
 
     #[test]

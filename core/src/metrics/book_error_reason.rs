@@ -18,7 +18,7 @@ pub enum BookErrorReason {
     SelectionPanicked,
     /// The selection policy chose a worker that is not a candidate.
     NotACandidate,
-    /// The worker named for a booking is not registered for the role.
+    /// The caller named a worker that is not registered in the request's role.
     NotRegistered,
 }
 

@@ -60,7 +60,12 @@ impl KvFetchPayload {
                 action.action_type, action.action_version
             )));
         }
-        serde_json::from_value(action.payload.clone()).map_err(|error| {
+        Self::from_payload(&action.payload)
+    }
+
+    /// Reads a `kv.fetch@1.0` payload (for example from a received envelope).
+    pub fn from_payload(payload: &serde_json::Value) -> Result<Self, PolicyError> {
+        Self::deserialize(payload).map_err(|error| {
             PolicyError::new(format!(
                 "`{KV_FETCH_ACTION_TYPE}` payload does not match its contract: {error}"
             ))

@@ -2,20 +2,10 @@
 //! prefill completed and that the request finished, or until the booking's TTL expires.
 
 use super::worker::Role;
-use super::workers::WorkerEntry;
-use crate::block_identity::SequenceHash;
+use super::workers::{ActiveChain, WorkerEntry};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The blocks a booking holds active on its worker.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ActiveChain {
-    /// The sequence hashes of the request's full blocks, when the booking computed them.
-    pub(crate) hashes: Option<Arc<[SequenceHash]>>,
-    /// Blocks held without hashes (counted as they are, never shared).
-    pub(crate) untracked_blocks: u64,
-}
 
 /// What one booking holds on its worker.
 struct Reservation {

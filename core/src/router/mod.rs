@@ -6,11 +6,12 @@
 //! selection and the hint policies, so every policy of a booking sees one consistent index;
 //! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
 //! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
-//! is caught anyway) and it keeps writers from starving under a stream of bookings. Loads are
+//! is caught anyway) and it keeps writers from starving under a stream of bookings. A booking
+//! that finds an event applying spins briefly rather than parking, so it takes the lock in the
+//! gap before the next event instead of waiting out a stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
-mod active_blocks;
 mod blind_selection;
 pub mod booking;
 mod booking_lookup;
@@ -20,6 +21,7 @@ mod load;
 mod peer_booking;
 pub mod request;
 pub mod setup;
+mod state_lock;
 pub mod worker;
 mod workers;
 
@@ -43,13 +45,14 @@ use blind_selection::BlindSelector;
 use booking_lookup::BookingLookup;
 use booking_scratch::{BookingScratch, ScratchGuard};
 use hint_assembly::{assemble, panic_message};
-use load::{ActiveChain, LoadLedger};
-use parking_lot::{Mutex, RwLock};
+use load::LoadLedger;
+use parking_lot::Mutex;
+use state_lock::StateLock;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{WorkerEntry, Workers};
+use workers::{ActiveChain, WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
@@ -107,7 +110,7 @@ struct RouterState {
 pub struct Router {
     setup: RouterSetup,
     options: RouterOptions,
-    state: RwLock<RouterState>,
+    state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
     /// Bookings other router replicas made, mirrored (see `peer_booking`).
     peer_ledger: Mutex<LoadLedger>,
@@ -142,7 +145,7 @@ impl Router {
         Router {
             setup,
             options,
-            state: RwLock::new(RouterState::default()),
+            state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
             peer_ledger: Mutex::new(LoadLedger::default()),
             peer_expired: std::sync::atomic::AtomicU64::new(0),

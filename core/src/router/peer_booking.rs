@@ -8,7 +8,7 @@
 //! lost it expires after the router's booking TTL like a local booking; the expirations are
 //! counted by [`Router::peer_bookings_expired`].
 
-use super::load::ActiveChain;
+use super::workers::ActiveChain;
 use super::{BookError, Router, WorkerId};
 use crate::block_identity::SequenceHash;
 use crate::kv::{EventOutcome, RouterEvent};

@@ -1,8 +1,9 @@
 //! The registry of workers: who is registered, in which role, with which capabilities and load.
 
+mod active_blocks;
 mod load_cell;
 
-pub(crate) use load_cell::WorkerLoadCell;
+pub(crate) use load_cell::{ActiveChain, WorkerLoadCell};
 
 use super::worker::{Role, WorkerId, WorkerInfo};
 use std::collections::BTreeMap;

@@ -8,13 +8,13 @@
 use super::ReplicaSync;
 use super::peers::PeerError;
 use crate::error::{json_error, json_ok};
+use crate::json_body::{JsonBody, Refused, json_response};
 use crate::selection_service::SelectionService;
+use axum::Router;
 use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -40,11 +40,11 @@ fn peer_error(error: PeerError) -> Response {
 
 async fn add_peer(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<PeerRequest>, JsonRejection>,
+    payload: Result<JsonBody<PeerRequest>, Refused>,
 ) -> Response {
     let request = match payload {
-        Ok(Json(request)) => request,
-        Err(rejection) => return json_error(rejection.status(), rejection.body_text()),
+        Ok(JsonBody(request)) => request,
+        Err(refused) => return refused.into_response(),
     };
     let Some(sync) = sync_of(&service) else {
         return disabled();
@@ -58,11 +58,11 @@ async fn add_peer(
 
 async fn remove_peer(
     State(service): State<Arc<SelectionService>>,
-    payload: Result<Json<PeerRequest>, JsonRejection>,
+    payload: Result<JsonBody<PeerRequest>, Refused>,
 ) -> Response {
     let request = match payload {
-        Ok(Json(request)) => request,
-        Err(rejection) => return json_error(rejection.status(), rejection.body_text()),
+        Ok(JsonBody(request)) => request,
+        Err(refused) => return refused.into_response(),
     };
     let Some(sync) = sync_of(&service) else {
         return disabled();
@@ -76,20 +76,22 @@ async fn remove_peer(
 
 async fn list_peers(State(service): State<Arc<SelectionService>>) -> Response {
     let peers = sync_of(&service).map_or_else(Vec::new, |sync| sync.peers().endpoints());
-    Json(peers).into_response()
+    json_response(StatusCode::OK, &peers)
 }
 
 async fn info(State(service): State<Arc<SelectionService>>) -> Response {
     let Some(sync) = sync_of(&service) else {
         return disabled();
     };
-    Json(serde_json::json!({
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
         "replica_id": sync.replica_id(),
         "endpoint": sync.endpoint(),
         "ready": service.replica.get().is_some_and(|hook| hook.ready()),
         "peers": sync.peers().statuses(),
-    }))
-    .into_response()
+        }),
+    )
 }
 
 /// The `/replica_sync` routes over the service's state.

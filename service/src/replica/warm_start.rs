@@ -110,5 +110,5 @@ async fn fetch_state(peer: &str) -> Result<RouterState, String> {
             workers.status, dump.status
         ));
     }
-    RouterState::from_answers(workers.json(), dump.json()).map_err(|error| error.to_string())
+    RouterState::from_answers(&workers.body, &dump.body).map_err(|error| error.to_string())
 }

@@ -111,18 +111,6 @@ pub fn expect_status(answer: &HttpAnswer, status: u16) {
     assert_eq!(answer.status, status, "body: {}", answer.text());
 }
 
-/// `SKIPPED: <test>: <reason>` on standard error (the marker `.ci/run` counts) outside CI; a
-/// failure under CI (`CI=true`), where everything a test needs is installed.
-pub fn skip_unless_ci(test: &str, reason: &str) {
-    let ci =
-        std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true") || value == "1");
-    if ci {
-        panic!("{test} cannot run: {reason}; under CI (CI=true) this is a failure, not a skip");
-    }
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr().lock(), "\nSKIPPED: {test}: {reason}");
-}
-
 /// Leading blocks of `prompt` that `worker` of model `m` holds, per `/overlap_scores`.
 pub async fn device_blocks(client: &mut LoopbackClient, prompt: &[u32], worker: u64) -> u64 {
     let scores = client
@@ -165,4 +153,16 @@ pub async fn start_zmq() -> (
     );
     let stats = ingress.stats();
     (start_with(KVCR_YAML, Arc::new(ingress)).await, stats)
+}
+
+/// Asserts that every rank of every partition holds no load.
+pub async fn assert_all_loads_zero(client: &mut LoopbackClient) {
+    let loads = client.get("/loads").await.expect("loads").json();
+    for partition in loads.as_array().expect("partitions") {
+        for load in partition["loads"].as_array().expect("loads") {
+            assert_eq!(load["active_requests"], json!(0), "{loads}");
+            assert_eq!(load["potential_prefill_tokens"], json!(0), "{loads}");
+            assert_eq!(load["potential_decode_blocks"], json!(0), "{loads}");
+        }
+    }
 }

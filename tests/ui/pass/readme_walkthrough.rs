@@ -34,7 +34,7 @@ impl HintPolicy for HarnessPrefetch {
         let Some(session_id) = context.session().session_id.as_deref() else {
             return Ok(Vec::new()); // not part of a session: nothing to do
         };
-        let hashes = context.block_hashes();
+        let hashes = context.sequence_hashes();
         let first = context.booked_cached_blocks().min(hashes.len());
         let end = (first + self.config.max_blocks).min(hashes.len());
         if first == end {

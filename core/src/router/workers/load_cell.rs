@@ -1,10 +1,9 @@
 //! The load the router has reserved on one worker: counters read without locks by bookings
-//! and changed by the load ledger, and the union of the bookings' active block chains.
+//! and changed by the load ledger, and the worker's active blocks.
 
+use super::active_blocks::ActiveBlocks;
 use crate::block_identity::SequenceHash;
 use crate::plugins::WorkerLoad;
-use crate::router::active_blocks::ActiveBlocks;
-use crate::router::load::ActiveChain;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +18,15 @@ pub(crate) struct WorkerLoadCell {
     blocks: AtomicU64,
     requests: AtomicU64,
     active: RwLock<ActiveBlocks>,
+}
+
+/// The blocks a booking holds active on its worker.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ActiveChain {
+    /// The sequence hashes of the request's full blocks, when the booking computed them.
+    pub(crate) hashes: Option<Arc<[SequenceHash]>>,
+    /// Blocks held without hashes (counted as they are, never shared).
+    pub(crate) untracked_blocks: u64,
 }
 
 impl WorkerLoadCell {
