@@ -160,9 +160,7 @@ async fn serve(
     let started = replicas.start(&service, &args.host, out).await?;
     out.flush()?;
     let served = bound
-        .run(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .run(crate::serve_replicas::shutdown_signal())
         .await
         .map_err(|error| serve_error(format!("the service stopped: {error}")));
     started.shut_down(&service, out);

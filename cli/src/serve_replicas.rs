@@ -172,6 +172,23 @@ async fn write_periodically(service: Arc<SelectionService>, path: PathBuf, every
     }
 }
 
+/// Completes at Ctrl-C (SIGINT) or, on Unix, SIGTERM (what orchestrators send), so that a
+/// stopping replica writes its final snapshot either way.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 impl StartedReplica {
     /// Stops the periodic writer and writes the final snapshot.
     pub fn shut_down(self, service: &SelectionService, out: &mut dyn Write) {

@@ -327,9 +327,9 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
         assert_eq!(&scores(&from_snapshot, prompt).await, expected);
     }
     drop(restarted);
-    // Ctrl-C (SIGINT) stops it gracefully, writing the snapshot once more.
+    // SIGTERM (as Ctrl-C) stops it gracefully, writing the snapshot once more.
     let interrupted = Command::new("kill")
-        .args(["-INT", &from_snapshot.child.id().to_string()])
+        .args(["-TERM", &from_snapshot.child.id().to_string()])
         .status()
         .expect("kill -INT");
     assert!(interrupted.success());
