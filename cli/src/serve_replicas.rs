@@ -100,10 +100,13 @@ impl ReplicaSetup {
         if let Some(sync) = &sync {
             sync.set_ready(false);
         }
+        let spinner = spinner("warm start: asking the peers for their state");
         let mut start = warm_start(service, &self.http_peers).await;
         if let (StartKind::Cold { .. }, Some(path)) = (&start, &self.snapshot) {
+            spinner.set_message(format!("warm start: loading {}", path.display()));
             start = load_snapshot(service, path, &start, out)?;
         }
+        spinner.finish_and_clear();
         writeln!(out, "{start}")?;
         if let Some(sync) = &sync {
             sync.set_ready(true);
@@ -121,6 +124,19 @@ impl ReplicaSetup {
             snapshot,
         })
     }
+}
+
+/// A spinner on standard error while the state loads (seconds for a large cluster), hidden
+/// when standard error is not a terminal.
+fn spinner(message: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
 }
 
 fn load_snapshot(
