@@ -18,6 +18,7 @@ mod booking_lookup;
 mod booking_scratch;
 mod hint_assembly;
 mod load;
+mod peer_booking;
 pub mod request;
 pub mod setup;
 mod state_lock;
@@ -111,6 +112,10 @@ pub struct Router {
     options: RouterOptions,
     state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
+    /// Bookings other router replicas made, mirrored (see `peer_booking`).
+    peer_ledger: Mutex<LoadLedger>,
+    /// Peer bookings released by their TTL.
+    peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
     policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
     blind: BlindSelector,
@@ -142,6 +147,8 @@ impl Router {
             options,
             state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
+            peer_ledger: Mutex::new(LoadLedger::default()),
+            peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
             policy_failures,
             blind: BlindSelector::new(options.seed),
