@@ -24,8 +24,8 @@ use super::event_outcome::{EventOutcome, IgnoreReason};
 use super::hashing::next_sequence_hash;
 use super::index_hasher::{U64HashBuilder, U64Map, mix};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::identity::WorkerId;
 use crate::plugins::BlockLookup;
-use crate::router::worker::WorkerId;
 use hashbrown::HashTable;
 use std::collections::HashMap;
 
@@ -192,11 +192,6 @@ impl KvIndex {
             self.slots.pop();
         }
         true
-    }
-
-    /// Whether `worker` is tracked.
-    pub fn contains_worker(&self, worker: WorkerId) -> bool {
-        self.by_worker.contains_key(&worker)
     }
 
     /// What the index knows about `worker`, if it is tracked.
@@ -644,7 +639,7 @@ impl KvIndex {
                 && self
                     .slot_state(slot)
                     .is_some_and(|state| state.overrides == 0);
-            if !(plain && self.store_common(slot, block.block_hash.0, seq.0)) {
+            if !(plain && self.store_on_fast_path(slot, block.block_hash.0, seq.0)) {
                 self.store(slot, block.block_hash.0, seq.0);
             }
         }
@@ -906,7 +901,7 @@ impl KvIndex {
     /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
     /// others hold under the same engine id, or a new block with a new engine id. Returns
     /// `false` when the general path must decide.
-    fn store_common(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
+    fn store_on_fast_path(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
         let (_, bit) = split(slot);
         match self.canonical_block(engine) {
             Some(block) => {

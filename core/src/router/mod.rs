@@ -12,12 +12,14 @@
 
 mod blind_selection;
 pub mod booking;
-mod booking_lookup;
 mod booking_scratch;
+mod candidate_cache;
 mod hint_assembly;
+mod kv_booking;
 mod load;
+mod overlap_pass;
 pub mod request;
-pub mod setup;
+pub use crate::setup;
 pub mod worker;
 mod workers;
 
@@ -28,20 +30,14 @@ pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::SequenceHash;
-use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter};
-use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
-use crate::plugins::{
-    Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
-};
-use crate::wire::KvHint;
+use crate::kv::{KvIndex, RouterEvent, WorkerIndexState};
+use crate::metrics::{MetricsSnapshot, RouterMetrics};
+use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
-use booking_lookup::BookingLookup;
-use booking_scratch::{BookingScratch, ScratchGuard};
-use hint_assembly::{assemble, panic_message};
+use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{ActiveChain, WorkerEntry, Workers};
@@ -98,38 +94,22 @@ pub struct Router {
     state: RwLock<RouterState>,
     ledger: Mutex<LoadLedger>,
     metrics: RouterMetrics,
-    policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
+    /// Each role's hint policies with their failure counters.
+    role_hints: BTreeMap<Role, Vec<CountedHint>>,
     blind: BlindSelector,
 }
 
 impl Router {
     /// A router running `setup`, with no workers yet.
     pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
-        let policy_failures = setup
-            .roles
-            .iter()
-            .map(|(role, policies)| {
-                let counters = policies
-                    .hints
-                    .iter()
-                    .map(|hint| {
-                        PolicyFailureCounter::new(
-                            role.to_string(),
-                            hint.policy_type.clone(),
-                            hint.label().to_owned(),
-                        )
-                    })
-                    .collect();
-                (*role, counters)
-            })
-            .collect();
+        let role_hints = counted_hints(&setup);
         Router {
             setup,
             options,
             state: RwLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
             metrics: RouterMetrics::default(),
-            policy_failures,
+            role_hints,
             blind: BlindSelector::new(options.seed),
         }
     }
@@ -277,7 +257,10 @@ impl Router {
         let active = self.ledger.lock().active_bookings();
         let state = self.state.read();
         self.metrics.snapshot(
-            self.policy_failures.values().flatten(),
+            self.role_hints
+                .values()
+                .flatten()
+                .map(|counted| &counted.failures),
             state.index.counters(),
             state.index.memberships() as u64,
             active,
@@ -319,239 +302,5 @@ impl Router {
             chain,
             deadline,
         );
-    }
-
-    fn book_kv(&self, request: &RouteRequest, start: Instant) -> Result<Booking, BookError> {
-        let role = request.role;
-        let policies = self
-            .setup
-            .roles
-            .get(&role)
-            .ok_or(BookError::NoRoleConfig { role })?;
-        let block_size = self.setup.block_size;
-        let prompt_tokens = request.prompt.prompt_tokens();
-        let mut scratch = ScratchGuard::take();
-        let BookingScratch {
-            hashes: hash_buffer,
-            lengths,
-            engines,
-            candidates,
-            candidates_of,
-        } = &mut *scratch;
-
-        let state = self.state.read();
-        let workers = state
-            .workers
-            .role(role)
-            .ok_or(BookError::NoWorkers { role })?;
-        let hashes: &[SequenceHash] = match &request.prompt {
-            Prompt::Tokens(tokens) if request.identity.is_plain() => {
-                hash_buffer.clear();
-                hash_buffer.extend(sequence_hashes_iter(tokens, block_size));
-                hash_buffer
-            }
-            Prompt::Tokens(tokens) => {
-                *hash_buffer =
-                    crate::kv::sequence_hashes_for_request(tokens, block_size, &request.identity);
-                hash_buffer
-            }
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => sequence_hashes,
-        };
-        // One pass over the index that also records the canonical engine id of every block
-        // some candidate caches, so hint policies need not probe the index again.
-        state
-            .index
-            .prefix_lengths_and_engines(hashes, &workers.ids, lengths, engines);
-        if *candidates_of == workers.generation && candidates.len() == workers.entries.len() {
-            for ((candidate, entry), cached_blocks) in candidates
-                .iter_mut()
-                .zip(&workers.entries)
-                .zip(lengths.iter())
-            {
-                candidate.cached_blocks = *cached_blocks;
-                candidate.load = entry.load.projection(hashes);
-            }
-        } else {
-            candidates.clear();
-            candidates.extend(workers.entries.iter().zip(lengths.iter()).map(
-                |(entry, cached_blocks)| Candidate {
-                    worker: entry.info.id,
-                    cached_blocks: *cached_blocks,
-                    load: entry.load.projection(hashes),
-                    router_hint: entry.info.capabilities.router_hint,
-                    source_endpoint: entry.source_endpoint.clone(),
-                },
-            ));
-            *candidates_of = workers.generation;
-        }
-        let candidates: &[Candidate] = candidates;
-        let lookup = BookingLookup {
-            index: &state.index,
-            sequence_hashes: hashes,
-            engines,
-            workers: &workers.ids,
-            lengths,
-        };
-        let view = RequestView {
-            request_id: &request.request_id,
-            role,
-            prompt_tokens,
-            block_size,
-            session: &request.session,
-            sequence_hashes: hashes,
-            candidates,
-            blocks: &lookup,
-        };
-
-        let selection = self.select(policies, &view)?;
-        let Some(position) = candidates
-            .iter()
-            .position(|candidate| candidate.worker == selection.worker)
-        else {
-            tracing::warn!(
-                %role,
-                policy_type = %policies.selection_type,
-                worker = %selection.worker,
-                "worker-selection policy chose a worker that is not a candidate"
-            );
-            return Err(BookError::NotACandidate {
-                role,
-                policy: policies.selection_type.clone(),
-                worker: selection.worker,
-            });
-        };
-        let booked = &workers.entries[position];
-        let cached_blocks = candidates[position].cached_blocks;
-        let prefill_tokens =
-            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize));
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prefill_tokens,
-            ActiveChain {
-                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes)),
-                untracked_blocks: 0,
-            },
-            start,
-        );
-
-        let mut stats = BookingStats {
-            blocks: hashes.len(),
-            cached_blocks,
-            ..BookingStats::default()
-        };
-        let mut hint = None;
-        if booked.info.capabilities.router_hint {
-            let context = HintContext::new(view, selection.worker, selection.kv_copy.as_ref());
-            let counters = self
-                .policy_failures
-                .get(&role)
-                .map_or(&[][..], Vec::as_slice);
-            let assembled = assemble(&policies.hints, counters, &context);
-            stats.hint_policies_run = assembled.policies_run;
-            stats.actions = assembled.actions.len();
-            stats.actions_dropped = assembled.dropped;
-            stats.policy_failures = assembled.failures;
-            self.metrics
-                .count_hint(stats.actions, stats.actions_dropped);
-            if !assembled.actions.is_empty() {
-                hint = Some(KvHint::numbered(&request.request_id, assembled.actions));
-            }
-        } else {
-            self.metrics.count_hint_skipped();
-        }
-        drop(state);
-        stats.latency = start.elapsed();
-        Ok(Booking {
-            request_id: request.request_id.clone(),
-            role,
-            worker: selection.worker,
-            hint,
-            committed_kv_copy: selection.kv_copy,
-            stats,
-        })
-    }
-
-    fn select(
-        &self,
-        policies: &RolePolicies,
-        view: &RequestView<'_>,
-    ) -> Result<Selection, BookError> {
-        let context = WorkerSelectionContext::new(*view);
-        let role = view.role;
-        match catch_unwind(AssertUnwindSafe(|| {
-            policies.selection.policy.select(&context)
-        })) {
-            Ok(Ok(selection)) => Ok(selection),
-            Ok(Err(error)) => {
-                tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
-                Err(BookError::SelectionFailed {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message: error.to_string(),
-                })
-            }
-            Err(panic) => {
-                let message = panic_message(panic.as_ref());
-                tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
-                Err(BookError::SelectionPanicked {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message,
-                })
-            }
-        }
-    }
-
-    fn book_blind(
-        &self,
-        mode: RouterMode,
-        request: &RouteRequest,
-        start: Instant,
-    ) -> Result<Booking, BookError> {
-        let role = request.role;
-        let block_size = self.setup.block_size;
-        let prompt_tokens = request.prompt.prompt_tokens();
-        let blocks = match &request.prompt {
-            Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => sequence_hashes.len(),
-        };
-        let state = self.state.read();
-        let workers = state
-            .workers
-            .role(role)
-            .ok_or(BookError::NoWorkers { role })?;
-        let position = self.blind.choose(mode, role, &workers.entries);
-        let booked = &workers.entries[position.min(workers.entries.len() - 1)];
-        let worker = booked.info.id;
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prompt_tokens,
-            ActiveChain {
-                hashes: None,
-                untracked_blocks: blocks as u64,
-            },
-            start,
-        );
-        drop(state);
-        Ok(Booking {
-            request_id: request.request_id.clone(),
-            role,
-            worker,
-            hint: None,
-            committed_kv_copy: None,
-            stats: BookingStats {
-                blocks,
-                latency: start.elapsed(),
-                ..BookingStats::default()
-            },
-        })
     }
 }
