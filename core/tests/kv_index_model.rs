@@ -375,7 +375,7 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
             }
         }
         let mut out = Vec::new();
-        let (mut with_engines, mut engines) = (Vec::new(), Vec::new());
+        let (mut with_engines, mut engines, mut prefix) = (Vec::new(), Vec::new(), Vec::new());
         for query in &queries {
             index.prefix_lengths(query, &all, &mut out);
             for (k, w) in all.iter().enumerate() {
@@ -389,6 +389,23 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
             // ids are the workers' own wherever the index says they use canonical ids.
             index.prefix_lengths_and_engines(query, &all, &mut with_engines, &mut engines);
             assert_eq!(with_engines, out);
+            // The streamed pass agrees, hands back the longest prefix's hashes, and pulls at
+            // most one hash past it.
+            let longest = out.iter().copied().max().unwrap_or(0);
+            let mut pulled = 0;
+            let mut streamed = Vec::new();
+            index.prefix_lengths_streamed(
+                query.iter().inspect(|_| pulled += 1).copied(),
+                &all,
+                &mut streamed,
+                &mut prefix,
+            );
+            assert_eq!(streamed, out);
+            assert_eq!(prefix, query[..longest]);
+            assert!(
+                pulled <= (longest + 1).min(query.len()),
+                "pulled {pulled} for {longest}"
+            );
             assert_eq!(engines.len(), out.iter().copied().max().unwrap_or(0));
             for (k, w) in all.iter().enumerate() {
                 let own: Option<Vec<EngineBlockHash>> = query[..out[k]]

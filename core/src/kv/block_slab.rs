@@ -65,6 +65,16 @@ impl<T: Copy + Default> ChunkedSlab<T> {
         &self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
     }
 
+    /// The entry at `index`, if `index` is in use (or was, and is on the free list).
+    #[inline]
+    pub(crate) fn try_get(&self, index: u32) -> Option<&T> {
+        let index = index as usize;
+        if index >= self.len {
+            return None;
+        }
+        Some(&self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)])
+    }
+
     /// The entry at `index`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {

@@ -1,11 +1,12 @@
 //! The KV index: which worker caches which block, fed by KV events, queried per booking.
 //!
 //! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
-//! and a distinct block about 24 bytes plus two 4-byte hash-table slots):
+//! and a distinct block about 24 bytes plus two 8-byte hash-table slots):
 //! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
 //!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
 //!   free list; everything else refers to a block by its `u32` slab index;
-//! - `by_seq`: sequence hash → slab index (a table of `u32`s; keys are read from the slab);
+//! - `by_seq`: sequence hash → slab index (an open-addressing table of tag + index slots; keys are
+//!   read from the slab);
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
 //!   find their block;
 //! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
@@ -15,9 +16,12 @@
 //!
 //! A worker's cached prefix of a request is the longest run of the request's sequence hashes
 //! that all hold the worker's bit, so one pass over the hashes, AND-ing holder masks, yields
-//! every worker's prefix length and stops as soon as no worker continues the prefix.
+//! every worker's prefix length and stops as soon as no worker continues the prefix. The blocks
+//! of a stored chain sit in consecutive slab entries, so the pass reads the entry after the
+//! previous block's first and probes `by_seq` only when that entry is another block's.
 
 use super::block_slab::ChunkedSlab;
+use super::block_table::{BlockTable, key_hash};
 use super::event::{EventPlacement, KvCacheEventData, KvCacheStoreData, RouterEvent};
 use super::event_cursor::{Admission, EventCursor};
 use super::event_outcome::{EventOutcome, IgnoreReason};
@@ -31,6 +35,10 @@ use std::collections::HashMap;
 
 /// Worker slots per holder mask.
 const GROUP: usize = 64;
+
+/// How many blocks of a stored event ahead of the one being stored the table slots are
+/// prefetched.
+const STORE_AHEAD: usize = 4;
 
 /// Event and block counts the index keeps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -130,8 +138,8 @@ impl SlotState {
 pub struct KvIndex {
     blocks: ChunkedSlab<Block>,
     free: Vec<u32>,
-    by_seq: HashTable<u32>,
-    by_engine: HashTable<u32>,
+    by_seq: BlockTable,
+    by_engine: BlockTable,
     overflow: U64Map<u64>,
     overrides: Vec<Override>,
     override_by_block: HashTable<u32>,
@@ -139,6 +147,10 @@ pub struct KvIndex {
     slots: Vec<Option<SlotState>>,
     by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
     memberships: usize,
+    /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
+    /// reuse an id for other content); while there are none, a live block whose engine hash
+    /// is `e` is the owner of `e`, which lets stores skip the `by_engine` probe.
+    unowned: usize,
     counters: IndexCounters,
 }
 
@@ -154,8 +166,8 @@ impl KvIndex {
         slab.reserve(blocks);
         Self {
             blocks: slab,
-            by_seq: HashTable::with_capacity(blocks),
-            by_engine: HashTable::with_capacity(blocks),
+            by_seq: BlockTable::with_capacity(blocks),
+            by_engine: BlockTable::with_capacity(blocks),
             ..Self::default()
         }
     }
@@ -313,10 +325,31 @@ impl KvIndex {
         out: &mut Vec<usize>,
     ) {
         self.pass(
-            SequenceHash::as_u64s(sequence_hashes),
+            SequenceHash::as_u64s(sequence_hashes).iter().copied(),
             workers,
             out,
-            |_, _| {},
+            |_, _, _| {},
+        );
+    }
+
+    /// [`KvIndex::prefix_lengths`] over hashes computed as the pass pulls them (such as
+    /// [`sequence_hashes_iter`](super::sequence_hashes_iter)): the pass stops pulling once no
+    /// worker continues the prefix, so the hashes after that block are never computed, and a
+    /// block's lookup overlaps the hashing of the next. `prefix` receives the hashes of the
+    /// longest cached prefix.
+    pub fn prefix_lengths_streamed(
+        &self,
+        sequence_hashes: impl Iterator<Item = SequenceHash>,
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        prefix: &mut Vec<SequenceHash>,
+    ) {
+        prefix.clear();
+        self.pass(
+            sequence_hashes.map(|hash| hash.0),
+            workers,
+            out,
+            |_, hash, _| prefix.push(SequenceHash(hash)),
         );
     }
 
@@ -336,11 +369,16 @@ impl KvIndex {
         engines.clear();
         engines.resize(sequence_hashes.len(), EngineBlockHash(0));
         let hashes = SequenceHash::as_u64s(sequence_hashes);
-        self.pass(hashes, workers, out, |position, engine| {
-            if let Some(slot) = engines.get_mut(position) {
-                *slot = EngineBlockHash(engine);
-            }
-        });
+        self.pass(
+            hashes.iter().copied(),
+            workers,
+            out,
+            |position, _, engine| {
+                if let Some(slot) = engines.get_mut(position) {
+                    *slot = EngineBlockHash(engine);
+                }
+            },
+        );
         engines.truncate(out.iter().copied().max().unwrap_or(0));
     }
 
@@ -370,10 +408,10 @@ impl KvIndex {
     /// canonical engine hash of each position some worker continues.
     fn pass(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         workers: &[WorkerId],
         out: &mut Vec<usize>,
-        record: impl FnMut(usize, u64),
+        record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
         out.extend(workers.iter().map(|worker| self.trusted_slot(*worker)));
@@ -395,38 +433,52 @@ impl KvIndex {
     }
 
     /// The pass when every slot is below 64: one holder mask per block.
+    ///
+    /// Blocks of one stored chain get consecutive slab entries (events store a prefix in
+    /// order, and a chain removed leaf-first is reused in order from the free list), so the
+    /// pass first tries the entry after the previous block's and probes the sequence-hash
+    /// table only when that entry holds another block: a prefix is mostly a sequential scan
+    /// of the slab rather than one random table probe per block.
     fn pass_group0(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         mask: u64,
-        mut record: impl FnMut(usize, u64),
+        mut record: impl FnMut(usize, u64, u64),
     ) -> [u32; GROUP] {
         let mut lengths = [0u32; GROUP];
         let mut active = mask;
         if active == 0 {
             return lengths;
         }
-        let mut position = 0u32;
-        for &hash in hashes {
-            let (held, engine) = match self.find_block(hash) {
+        let mut guess = u32::MAX;
+        let mut position = 0;
+        for hash in hashes {
+            let block = match self.blocks.try_get(guess) {
+                // Freed entries hold no one, so they never pass for a block.
+                Some(entry) if entry.seq == hash && entry.holders != 0 => Some(guess),
+                _ => self.find_block(hash),
+            };
+            let (held, engine) = match block {
                 Some(block) => {
-                    let block = self.blocks.get(block);
-                    (block.holders, block.engine)
+                    guess = block.wrapping_add(1);
+                    let entry = self.blocks.get(block);
+                    (entry.holders, entry.engine)
                 }
                 None => (0, 0),
             };
             let mut dropped = active & !held;
             while dropped != 0 {
-                lengths[dropped.trailing_zeros() as usize] = position;
+                lengths[dropped.trailing_zeros() as usize] = position as u32;
                 dropped &= dropped - 1;
             }
             active &= held;
             if active == 0 {
                 return lengths;
             }
-            record(position as usize, engine);
+            record(position, hash, engine);
             position += 1;
         }
+        let position = position as u32;
         while active != 0 {
             lengths[active.trailing_zeros() as usize] = position;
             active &= active - 1;
@@ -437,9 +489,9 @@ impl KvIndex {
     /// The pass with slots of 64 and up: one holder mask per block and slot group.
     fn pass_groups(
         &self,
-        hashes: &[u64],
+        hashes: impl Iterator<Item = u64>,
         slots: &[usize],
-        mut record: impl FnMut(usize, u64),
+        mut record: impl FnMut(usize, u64, u64),
     ) -> Vec<u32> {
         let groups = self.slots.len().div_ceil(GROUP);
         let mut lengths = vec![0u32; groups * GROUP];
@@ -451,7 +503,7 @@ impl KvIndex {
             return lengths;
         }
         let mut position = 0u32;
-        for &hash in hashes {
+        for hash in hashes {
             let block = self.find_block(hash);
             let mut continues = false;
             for (group, mask) in active.iter_mut().enumerate() {
@@ -475,7 +527,7 @@ impl KvIndex {
                 return lengths;
             }
             if let Some(block) = block {
-                record(position as usize, self.blocks.get(block).engine);
+                record(position as usize, hash, self.blocks.get(block).engine);
             }
             position += 1;
         }
@@ -613,7 +665,7 @@ impl KvIndex {
         event: &RouterEvent,
         store: &KvCacheStoreData,
     ) -> EventOutcome {
-        let mut parent = match store.parent_hash {
+        let parent = match store.parent_hash {
             None => None,
             Some(parent) => {
                 if store.blocks.iter().any(|block| block.block_hash == parent) {
@@ -621,7 +673,7 @@ impl KvIndex {
                     return EventOutcome::Ignored(IgnoreReason::InvalidBlockSequence);
                 }
                 match self.block_of_engine(slot, parent.0) {
-                    Some(block) => Some(SequenceHash(self.blocks.get(block).seq)),
+                    Some(block) => Some((block, SequenceHash(self.blocks.get(block).seq))),
                     None => {
                         self.counters.unknown_parents += 1;
                         tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store of an unknown parent; rejected");
@@ -631,7 +683,15 @@ impl KvIndex {
             }
         };
         let (group, _) = split(slot);
-        for block in &store.blocks {
+        // The slab entry after the previous block's (the parent's, for the first): where a
+        // chain's next block usually is.
+        let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
+        let mut parent = parent.map(|(_, seq)| seq);
+        for (n, block) in store.blocks.iter().enumerate() {
+            // New blocks miss in `by_engine`: start the miss of a later block now.
+            if let Some(later) = store.blocks.get(n + STORE_AHEAD) {
+                self.by_engine.prefetch(key_hash(later.block_hash.0));
+            }
             let seq = next_sequence_hash(parent, block.tokens_hash);
             parent = Some(seq);
             // A store may add an override, after which the fast path no longer applies.
@@ -639,9 +699,16 @@ impl KvIndex {
                 && self
                     .slot_state(slot)
                     .is_some_and(|state| state.overrides == 0);
-            if !(plain && self.store_on_fast_path(slot, block.block_hash.0, seq.0)) {
-                self.store(slot, block.block_hash.0, seq.0);
-            }
+            let stored = plain
+                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq.0, guess))
+                .flatten();
+            guess = match stored {
+                Some(stored) => stored.wrapping_add(1),
+                None => {
+                    self.store(slot, block.block_hash.0, seq.0);
+                    u32::MAX
+                }
+            };
         }
         self.counters.stored_blocks += store.blocks.len() as u64;
         EventOutcome::Applied
@@ -660,16 +727,14 @@ impl KvIndex {
     fn find_block(&self, seq: u64) -> Option<u32> {
         let blocks = &self.blocks;
         self.by_seq
-            .find(mix(seq), |&block| blocks.get(block).seq == seq)
-            .copied()
+            .find(key_hash(seq), |block| blocks.get(block).seq == seq)
     }
 
     /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
     fn canonical_block(&self, engine: u64) -> Option<u32> {
         let blocks = &self.blocks;
         self.by_engine
-            .find(mix(engine), |&block| blocks.get(block).engine == engine)
-            .copied()
+            .find(key_hash(engine), |block| blocks.get(block).engine == engine)
     }
 
     fn overflow_mask(&self, block: u32, group: u32) -> u64 {
@@ -754,9 +819,7 @@ impl KvIndex {
             }
             None => self.blocks.push(entry),
         };
-        let blocks = &self.blocks;
-        self.by_seq
-            .insert_unique(mix(seq), index, |&block| mix(blocks.get(block).seq));
+        self.by_seq.insert(key_hash(seq), index);
         index
     }
 
@@ -767,9 +830,9 @@ impl KvIndex {
         match self.canonical_block(engine) {
             Some(owner) => owner == block,
             None => {
-                let blocks = &self.blocks;
-                self.by_engine
-                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+                self.by_engine.insert(key_hash(engine), block);
+                // Every block `store` allocates starts out counted as unowned.
+                self.unowned -= 1;
                 true
             }
         }
@@ -778,14 +841,10 @@ impl KvIndex {
     /// Drops the slab entry `block` (held by no one) and its index entries.
     fn free_block(&mut self, block: u32) {
         let entry = *self.blocks.get(block);
-        if let Ok(found) = self.by_seq.find_entry(mix(entry.seq), |&b| b == block) {
-            found.remove();
-        }
-        if let Ok(found) = self
-            .by_engine
-            .find_entry(mix(entry.engine), |&b| b == block)
-        {
-            found.remove();
+        self.by_seq.remove(key_hash(entry.seq), block);
+        let owned = self.by_engine.remove(key_hash(entry.engine), block);
+        if !owned {
+            self.unowned -= 1;
         }
         *self.blocks.get_mut(block) = Block::default();
         if block as usize + 1 == self.blocks.len() {
@@ -876,6 +935,7 @@ impl KvIndex {
         let (block, canonical) = match self.find_block(seq) {
             None => {
                 let block = self.alloc_block(seq, engine, 0);
+                self.unowned += 1;
                 (block, self.claim_engine(block))
             }
             Some(block) if self.blocks.get(block).engine == engine => {
@@ -899,36 +959,45 @@ impl KvIndex {
     }
 
     /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
-    /// others hold under the same engine id, or a new block with a new engine id. Returns
-    /// `false` when the general path must decide.
-    fn store_on_fast_path(&mut self, slot: u32, engine: u64, seq: u64) -> bool {
+    /// others hold under the same engine id, or a new block with a new engine id. `guess` is
+    /// the slab entry to try first for the block (the one after the previous block's: a chain
+    /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
+    /// is right. Returns the stored block, or `None` when the general path must decide.
+    fn store_on_fast_path(&mut self, slot: u32, engine: u64, seq: u64, guess: u32) -> Option<u32> {
         let (_, bit) = split(slot);
-        match self.canonical_block(engine) {
+        let canonical = match self.blocks.try_get(guess) {
+            // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.
+            Some(entry) if self.unowned == 0 && entry.holders != 0 && entry.engine == engine => {
+                Some(guess)
+            }
+            _ => self.canonical_block(engine),
+        };
+        let block = match canonical {
             Some(block) => {
                 let entry = self.blocks.get_mut(block);
                 if entry.seq != seq {
-                    return false;
+                    return None;
                 }
                 if entry.holders & bit != 0 {
-                    return true;
+                    return Some(block);
                 }
                 entry.holders |= bit;
+                block
             }
             None => {
                 if self.find_block(seq).is_some() {
-                    return false;
+                    return None;
                 }
                 let block = self.alloc_block(seq, engine, bit);
-                let blocks = &self.blocks;
-                self.by_engine
-                    .insert_unique(mix(engine), block, |&b| mix(blocks.get(b).engine));
+                self.by_engine.insert(key_hash(engine), block);
+                block
             }
-        }
+        };
         if let Some(state) = self.slot_state_mut(slot) {
             state.blocks += 1;
         }
         self.memberships += 1;
-        true
+        Some(block)
     }
 
     /// Drops `slot`'s membership of `block`; the caller checked that it holds it.

@@ -2,6 +2,7 @@
 //! caches, and the index that answers "how much of this prompt does each worker cache?".
 
 mod block_slab;
+mod block_table;
 pub mod event;
 mod event_cursor;
 pub mod event_outcome;

@@ -6,7 +6,9 @@
 //! selection and the hint policies, so every policy of a booking sees one consistent index;
 //! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
 //! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
-//! is caught anyway) and it keeps writers from starving under a stream of bookings. Loads are
+//! is caught anyway) and it keeps writers from starving under a stream of bookings. A booking
+//! that finds an event applying spins briefly rather than parking, so it takes the lock in the
+//! gap before the next event instead of waiting out a stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
@@ -20,6 +22,7 @@ mod load;
 mod overlap_pass;
 pub mod request;
 pub use crate::setup;
+mod state_lock;
 pub mod worker;
 mod workers;
 
@@ -36,7 +39,8 @@ use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
 use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
+use state_lock::StateLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,7 +95,7 @@ struct RouterState {
 pub struct Router {
     setup: RouterSetup,
     options: RouterOptions,
-    state: RwLock<RouterState>,
+    state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
     metrics: RouterMetrics,
     /// Each role's hint policies with their failure counters.
@@ -106,7 +110,7 @@ impl Router {
         Router {
             setup,
             options,
-            state: RwLock::new(RouterState::default()),
+            state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
             metrics: RouterMetrics::default(),
             role_hints,

@@ -1,0 +1,202 @@
+//! Side-by-side bench of this project's KV index against upstream `dynamo-kv-router` 1.6.1's
+//! `RadixTree`, `PositionalIndexer` and `ConcurrentRadixTreeCompressed`: the same events and
+//! queries for every engine, every overlap depth checked against a brute-force oracle, live
+//! heap bytes per membership from a counting allocator, and a table of ratios.
+//!
+//! ```text
+//! cargo run --release --manifest-path benches/peers/Cargo.toml -- \
+//!     --trace ../shared/traces/mooncake_synthetic_trace.jsonl
+//! ```
+
+mod concurrent;
+mod counting_alloc;
+mod engines;
+mod measure;
+mod mooncake;
+mod report;
+mod synthetic;
+mod workload;
+
+use catalog as _;
+use clap::Parser;
+use engines::{Ours, UpstreamCrtc, UpstreamPositional, UpstreamRadix};
+use indicatif::{ProgressBar, ProgressStyle};
+use measure::{EngineReport, Rounds};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use workload::Workload;
+
+#[global_allocator]
+static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
+
+/// Compares this project's KV index with upstream dynamo-kv-router 1.6.1's indexers.
+#[derive(Parser)]
+struct Args {
+    /// The Mooncake trace (JSON lines with `hash_ids`); also read from `KV_ROUTER_TRACE`.
+    /// Without it the trace workload is skipped.
+    #[arg(long, env = "KV_ROUTER_TRACE")]
+    trace: Option<PathBuf>,
+    /// Passes over the synthetic queries when timing finds.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Ingests per engine and workload (into fresh engines); the median rate is reported.
+    #[arg(long, default_value_t = 3)]
+    ingest_runs: usize,
+    /// Seconds of the concurrent phase (booking under ingest; the idle phase takes half).
+    #[arg(long, default_value_t = 2.0)]
+    concurrent_secs: f64,
+    /// KV blocks per worker in the trace replay.
+    #[arg(long, default_value_t = 4096)]
+    trace_capacity: usize,
+    /// Workers in the trace replay.
+    #[arg(long, default_value_t = 16)]
+    trace_workers: u32,
+    /// Only these phases (comma-separated: synthetic, trace, concurrent); all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    format!("{cpus} CPUs, {model}")
+}
+
+/// Every engine on `workload`, ours first.
+fn compare(workload: &Workload, rounds: Rounds) -> Vec<EngineReport> {
+    if let Err(error) = engines::check_hashing(workload) {
+        panic!("{}: {error}", workload.name);
+    }
+    let bar = progress_bar();
+    let per_engine = workload.queries.len() * rounds.find_rounds * 2;
+    bar.set_length(4 * per_engine as u64);
+    let size = workload.block_size;
+    let workers = workload.workers;
+    let reports = vec![
+        measure::run(|| Ours::new(workers, size), workload, rounds, &bar),
+        measure::run(|| UpstreamRadix::new(size), workload, rounds, &bar),
+        measure::run(|| UpstreamPositional::new(size), workload, rounds, &bar),
+        measure::run(|| UpstreamCrtc::new(size), workload, rounds, &bar),
+    ];
+    bar.finish_and_clear();
+    reports
+}
+
+fn report_mismatches(reports: &[EngineReport]) -> usize {
+    let mut total = 0;
+    for report in reports {
+        for m in report.mismatches.iter().take(5) {
+            eprintln!(
+                "MISMATCH {} ({}): query {}, worker {}: got {}, oracle {}",
+                m.engine, m.phase, m.query, m.worker, m.got, m.expected
+            );
+        }
+        total += report.mismatches.len();
+    }
+    total
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let wants = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
+    println!(
+        "## Peers bench\n\nMachine: {}; load average at start: {}\n",
+        machine(),
+        load_average()
+    );
+    let mut mismatches = 0;
+    let rounds = Rounds {
+        find_rounds: args.rounds.max(1),
+        ingest_runs: args.ingest_runs.max(1),
+    };
+    let needs_synthetic = wants("synthetic") || wants("concurrent");
+    let synthetic = needs_synthetic.then(|| {
+        let bar = progress_bar();
+        let workload = synthetic::build(&synthetic::SyntheticSpec::default(), &bar);
+        bar.finish_and_clear();
+        workload
+    });
+    let mut our_tokens_p50 = None;
+    if let Some(workload) = synthetic.as_ref().filter(|_| wants("synthetic")) {
+        let reports = compare(workload, rounds);
+        our_tokens_p50 = reports[0].find_tokens.map(|l| l.p50);
+        println!("{}", report::engines_table(&workload.name, &reports));
+        println!("(load average after: {})\n", load_average());
+        mismatches += report_mismatches(&reports);
+    }
+    if wants("trace") {
+        match &args.trace {
+            None => println!("(trace workload skipped: pass --trace or set KV_ROUTER_TRACE)\n"),
+            Some(path) => {
+                let bar = progress_bar();
+                match mooncake::build(path, args.trace_workers, args.trace_capacity, &bar) {
+                    Ok(workload) => {
+                        bar.finish_and_clear();
+                        let reports = compare(
+                            &workload,
+                            Rounds {
+                                find_rounds: 1,
+                                ..rounds
+                            },
+                        );
+                        println!("{}", report::engines_table(&workload.name, &reports));
+                        println!("(load average after: {})\n", load_average());
+                        mismatches += report_mismatches(&reports);
+                    }
+                    Err(error) => {
+                        bar.finish_and_clear();
+                        eprintln!("error: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(workload) = synthetic.as_ref().filter(|_| wants("concurrent")) {
+        let duration = Duration::from_secs_f64(args.concurrent_secs.max(0.2));
+        let bar = progress_bar();
+        let ours = concurrent::ours(workload, synthetic::churn_chains(256), duration, &bar);
+        let upstream = concurrent::upstream(workload, synthetic::churn_chains(256), duration, &bar);
+        bar.finish_and_clear();
+        println!("{}", report::concurrent_table(&ours, &upstream));
+        if let Some(p50) = our_tokens_p50 {
+            println!(
+                "`Router::book` (kvcr + kv_fetch) idle p50 / ours find-from-tokens p50 = {:.2} / {:.2} µs = **{:.2}×**\n",
+                ours.idle.p50.as_secs_f64() * 1e6,
+                p50.as_secs_f64() * 1e6,
+                ours.idle.p50.as_secs_f64() / p50.as_secs_f64()
+            );
+        }
+        println!("(load average after: {})\n", load_average());
+    }
+    if mismatches > 0 {
+        eprintln!("error: {mismatches} overlap depths disagree with the oracle");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

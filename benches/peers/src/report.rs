@@ -1,0 +1,228 @@
+//! The tables: one row per metric, one column per engine, and ours against upstream's best.
+
+use crate::concurrent::ConcurrentReport;
+use crate::measure::{EngineReport, Latency};
+use std::time::Duration;
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Which way a metric is better.
+#[derive(Clone, Copy)]
+enum Better {
+    Lower,
+    Higher,
+}
+
+struct Row {
+    metric: &'static str,
+    unit: &'static str,
+    better: Better,
+    values: Vec<Option<f64>>,
+}
+
+fn row(
+    metric: &'static str,
+    unit: &'static str,
+    better: Better,
+    reports: &[EngineReport],
+    value: impl Fn(&EngineReport) -> Option<f64>,
+) -> Row {
+    Row {
+        metric,
+        unit,
+        better,
+        values: reports.iter().map(value).collect(),
+    }
+}
+
+fn format_value(value: f64, unit: &str) -> String {
+    match unit {
+        "M/s" => format!("{:.2} M/s", value / 1e6),
+        "µs" => format!("{value:.2} µs"),
+        "B" => format!("{value:.1} B"),
+        _ => format!("{value:.2}"),
+    }
+}
+
+/// The markdown table of `reports` (ours first, then upstream's engines).
+pub fn engines_table(title: &str, reports: &[EngineReport]) -> String {
+    let latency = |l: fn(&EngineReport) -> Option<Latency>, p99: bool| {
+        move |r: &EngineReport| l(r).map(|l| micros(if p99 { l.p99 } else { l.p50 }))
+    };
+    let rows = [
+        row(
+            "find, hashes given, p50",
+            "µs",
+            Better::Lower,
+            reports,
+            latency(|r| Some(r.find), false),
+        ),
+        row(
+            "find, hashes given, p99",
+            "µs",
+            Better::Lower,
+            reports,
+            latency(|r| Some(r.find), true),
+        ),
+        row(
+            "find from tokens (hashing included), p50",
+            "µs",
+            Better::Lower,
+            reports,
+            latency(|r| r.find_tokens, false),
+        ),
+        row(
+            "find from tokens (hashing included), p99",
+            "µs",
+            Better::Lower,
+            reports,
+            latency(|r| r.find_tokens, true),
+        ),
+        row(
+            "ingest, stored blocks/s, one thread",
+            "M/s",
+            Better::Higher,
+            reports,
+            |r| Some(r.ingest_blocks_per_sec),
+        ),
+        row("ingest, events/s", "M/s", Better::Higher, reports, |r| {
+            Some(r.ingest_events_per_sec)
+        }),
+        row(
+            "live bytes per membership",
+            "B",
+            Better::Lower,
+            reports,
+            |r| Some(r.bytes_per_membership),
+        ),
+    ];
+    let mut out = format!("### {title}\n\n| metric |");
+    for report in reports {
+        out.push_str(&format!(" {} |", report.engine));
+    }
+    out.push_str(" best upstream | ours / best upstream |\n|---|");
+    for _ in 0..reports.len() + 2 {
+        out.push_str("---|");
+    }
+    out.push('\n');
+    for row in rows.iter().filter(|r| r.values.iter().all(Option::is_some)) {
+        let values: Vec<f64> = row.values.iter().flatten().copied().collect();
+        out.push_str(&format!("| {} |", row.metric));
+        for value in &values {
+            out.push_str(&format!(" {} |", format_value(*value, row.unit)));
+        }
+        let upstream = values[1..].iter().copied();
+        let best = match row.better {
+            Better::Lower => upstream.fold(f64::INFINITY, f64::min),
+            Better::Higher => upstream.fold(0.0, f64::max),
+        };
+        let ratio = values[0] / best;
+        let reading = match row.better {
+            Better::Lower if ratio <= 1.0 => "(lower is better: ours wins)",
+            Better::Lower => "(lower is better)",
+            Better::Higher if ratio >= 1.0 => "(higher is better: ours wins)",
+            Better::Higher => "(higher is better)",
+        };
+        out.push_str(&format!(
+            " {} | **{ratio:.2}×** {reading} |\n",
+            format_value(best, row.unit)
+        ));
+    }
+    let checked: usize = reports.iter().map(|r| r.depths_checked).sum();
+    let wrong: usize = reports.iter().map(|r| r.mismatches.len()).sum();
+    out.push_str(&format!(
+        "\nDepths cross-checked against the brute-force oracle: {checked}, mismatches: {wrong}.\n"
+    ));
+    out
+}
+
+/// The markdown table of the concurrent phase.
+pub fn concurrent_table(ours: &ConcurrentReport, upstream: &ConcurrentReport) -> String {
+    let mut out = String::from(
+        "### Concurrent: one thread applying events, one booking (2 cores)\n\n| metric | ",
+    );
+    out.push_str(&format!(
+        "{} | {} | ours / upstream |\n|---|---|---|---|\n",
+        ours.side, upstream.side
+    ));
+    let rows = [
+        (
+            "events + bookings per second",
+            ours.combined_per_sec,
+            upstream.combined_per_sec,
+            "M/s",
+        ),
+        (
+            "events per second",
+            ours.events_per_sec,
+            upstream.events_per_sec,
+            "M/s",
+        ),
+        (
+            "stored blocks per second",
+            ours.stored_blocks_per_sec,
+            upstream.stored_blocks_per_sec,
+            "M/s",
+        ),
+        (
+            "bookings per second",
+            ours.bookings_per_sec,
+            upstream.bookings_per_sec,
+            "M/s",
+        ),
+        (
+            "booking p50, idle",
+            micros(ours.idle.p50),
+            micros(upstream.idle.p50),
+            "µs",
+        ),
+        (
+            "booking p99, idle",
+            micros(ours.idle.p99),
+            micros(upstream.idle.p99),
+            "µs",
+        ),
+        (
+            "booking p50, under ingest",
+            micros(ours.loaded.p50),
+            micros(upstream.loaded.p50),
+            "µs",
+        ),
+        (
+            "booking p99, under ingest",
+            micros(ours.loaded.p99),
+            micros(upstream.loaded.p99),
+            "µs",
+        ),
+        (
+            "booking mean, idle",
+            micros(ours.idle.mean),
+            micros(upstream.idle.mean),
+            "µs",
+        ),
+        (
+            "booking mean, under ingest",
+            micros(ours.loaded.mean),
+            micros(upstream.loaded.mean),
+            "µs",
+        ),
+    ];
+    for (metric, a, b, unit) in rows {
+        out.push_str(&format!(
+            "| {metric} | {} | {} | **{:.2}×** |\n",
+            format_value(a, unit),
+            format_value(b, unit),
+            a / b
+        ));
+    }
+    out.push_str(&format!(
+        "\nBooking p99 under ingest / idle p99: ours {:.2}×, upstream {:.2}×. Ours books with \
+         `Router::book` (hashing, index pass, kvcr, kv_fetch, load ledger); upstream's booking is \
+         `find_matches_for_request` (hashing and find only).\n",
+        ours.loaded.p99.as_secs_f64() / ours.idle.p99.as_secs_f64(),
+        upstream.loaded.p99.as_secs_f64() / upstream.idle.p99.as_secs_f64(),
+    ));
+    out
+}

@@ -1,0 +1,253 @@
+//! An open-addressing table from a 64-bit block key (a sequence or engine hash) to a slab
+//! index: a slot is one `u64` holding the high 32 bits of the key's hash (its tag) and the
+//! slab index, so a probe usually touches one cache line and reads the slab (where the keys
+//! live) only for a slot whose tag matches. The home slot is computed from the tag alone
+//! (`tag · slots / 2^32`), so growing and deleting never read the slab, and the slot count
+//! need not be a power of two: the table grows by half, which keeps it 58–88 % full (a
+//! doubling table can sit at 44 %, and at a million blocks its slots would cost more than
+//! the slab). Linear probing with backward-shift deletion (no tombstones), at most 2^32
+//! slots.
+
+use super::index_hasher::mix;
+
+/// Tag and slab index of one occupied slot; 0 is an empty slot.
+type Slot = u64;
+
+/// The tag half of a slot.
+const TAG: u64 = 0xFFFF_FFFF_0000_0000;
+
+/// Key hash → slab index, with the keys kept by the caller.
+#[derive(Default)]
+pub(crate) struct BlockTable {
+    slots: Vec<Slot>,
+    len: usize,
+}
+
+/// The hash the table files `key` under.
+#[inline]
+pub(crate) fn key_hash(key: u64) -> u64 {
+    mix(key)
+}
+
+#[inline]
+fn slot_of(hash: u64, block: u32) -> Slot {
+    // Block indices are stored plus one, so no occupied slot is 0.
+    (hash & TAG) | (u64::from(block) + 1)
+}
+
+#[inline]
+fn block_of(slot: Slot) -> u32 {
+    (slot as u32).wrapping_sub(1)
+}
+
+impl BlockTable {
+    /// A table with room for `blocks` entries before it grows.
+    pub(crate) fn with_capacity(blocks: usize) -> Self {
+        let mut table = Self::default();
+        if blocks > 0 {
+            table.slots = vec![0; capacity_for(blocks)];
+        }
+        table
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The slot where the probe for a key hashed to `hash` (or a slot's tag) starts.
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
+    }
+
+    /// The slot after `at`, wrapping around.
+    #[inline]
+    fn next(&self, at: usize) -> usize {
+        if at + 1 == self.slots.len() {
+            0
+        } else {
+            at + 1
+        }
+    }
+
+    /// Hints the CPU to load the slot where the probe for `hash` starts (a store prefetches
+    /// the slots of the blocks after the one it is storing, so their misses overlap).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        if let Some(slot) = self.slots.get(self.home(hash)) {
+            prefetch(slot);
+        }
+    }
+
+    /// How far `at` lies past `home`, wrapping around.
+    #[inline]
+    fn distance(&self, home: usize, at: usize) -> usize {
+        if at >= home {
+            at - home
+        } else {
+            at + self.slots.len() - home
+        }
+    }
+
+    /// The slab index filed under `hash` for which `is_key` holds.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
+        let tag = hash & TAG;
+        let mut at = self.home(hash);
+        loop {
+            let slot = *self.slots.get(at)?;
+            if slot == 0 {
+                return None;
+            }
+            if slot & TAG == tag && is_key(block_of(slot)) {
+                return Some(block_of(slot));
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Files `block` under `hash` (the caller checked that its key is not present).
+    pub(crate) fn insert(&mut self, hash: u64, block: u32) {
+        if (self.len + 1) * 8 > self.slots.len() * 7 {
+            self.grow();
+        }
+        self.place(slot_of(hash, block));
+        self.len += 1;
+    }
+
+    fn place(&mut self, slot: Slot) {
+        let mut at = self.home(slot);
+        while self.slots[at] != 0 {
+            at = self.next(at);
+        }
+        self.slots[at] = slot;
+    }
+
+    fn grow(&mut self) {
+        let capacity = capacity_for(self.len + 1).max(self.slots.len() + self.slots.len() / 2);
+        let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
+        for slot in old.into_iter().filter(|slot| *slot != 0) {
+            self.place(slot);
+        }
+    }
+
+    /// Removes `block`, filed under `hash` (the entries after it shift back into the gap).
+    /// Returns whether it was filed.
+    pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
+        let wanted = slot_of(hash, block);
+        let mut at = self.home(hash);
+        loop {
+            match self.slots.get(at) {
+                None | Some(0) => return false,
+                Some(slot) if *slot == wanted => break,
+                Some(_) => at = self.next(at),
+            }
+        }
+        // Backward shift: a later entry of the run moves into the gap unless its home lies
+        // (cyclically) after the gap.
+        let mut gap = at;
+        let mut next = self.next(gap);
+        while self.slots[next] != 0 {
+            let home = self.home(self.slots[next]);
+            if self.distance(home, next) >= self.distance(gap, next) {
+                self.slots[gap] = self.slots[next];
+                gap = next;
+            }
+            next = self.next(next);
+        }
+        self.slots[gap] = 0;
+        self.len -= 1;
+        true
+    }
+}
+
+/// The slot count that keeps `blocks` entries at most 7/8 full (at least 8 slots).
+fn capacity_for(blocks: usize) -> usize {
+    let capacity = (blocks * 8).div_ceil(7).max(8);
+    assert!(
+        capacity <= 1 << 32,
+        "the block table holds at most 2^32 slots"
+    );
+    capacity
+}
+
+/// Hints the CPU to bring `value`'s cache line closer; no effect on other targets.
+#[inline]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint that never faults, `value` is a live reference, and
+        // SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Keys of a fake slab; many share the low bits of their hash to make long runs.
+    fn keys(n: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| i.wrapping_mul(0x9E37_79B9) ^ (i << 40))
+            .collect()
+    }
+
+    #[test]
+    fn inserts_finds_and_removes_like_a_map() {
+        let keys = keys(5_000);
+        let mut table = BlockTable::default();
+        let mut model = HashMap::new();
+        for (block, key) in keys.iter().enumerate() {
+            table.insert(key_hash(*key), block as u32);
+            model.insert(*key, block as u32);
+        }
+        // Remove every third key, then check every key against the model.
+        for (block, key) in keys.iter().enumerate().filter(|(b, _)| b % 3 == 0) {
+            assert!(table.remove(key_hash(*key), block as u32));
+            assert!(!table.remove(key_hash(*key), block as u32));
+            model.remove(key);
+        }
+        assert_eq!(table.len(), model.len());
+        for (block, key) in keys.iter().enumerate() {
+            let found = table.find(key_hash(*key), |b| keys[b as usize] == *key);
+            assert_eq!(found, model.get(key).copied(), "block {block}");
+        }
+        assert_eq!(table.find(key_hash(u64::MAX), |_| true), None);
+    }
+
+    #[test]
+    fn backward_shift_keeps_colliding_runs_reachable() {
+        // Every key hashes to one of two home slots of a small table (the tags differ below
+        // the bits that choose the home).
+        let keys: Vec<u64> = (0..6).collect();
+        let hashes: Vec<u64> = (0..6u64).map(|i| ((i % 2) << 62) | (i << 32)).collect();
+        let mut table = BlockTable::with_capacity(6);
+        for (block, hash) in hashes.iter().enumerate() {
+            table.insert(*hash, block as u32);
+        }
+        assert!(table.remove(hashes[0], 0));
+        assert!(table.remove(hashes[3], 3));
+        for block in [1usize, 2, 4, 5] {
+            assert_eq!(
+                table.find(hashes[block], |b| keys[b as usize] == block as u64),
+                Some(block as u32)
+            );
+        }
+        assert_eq!(table.find(hashes[0], |b| b == 0), None);
+    }
+
+    #[test]
+    fn empty_table_finds_nothing() {
+        let table = BlockTable::default();
+        assert_eq!(table.find(key_hash(1), |_| true), None);
+        table.prefetch(key_hash(1));
+    }
+}
