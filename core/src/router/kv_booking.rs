@@ -21,7 +21,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Router {
-    /// Books `request` by KV overlap and the role's policies.
+    /// Books `request` by KV overlap and the role's policies. The stages, in order:
+    /// [`hash_prompt`], [`OverlapPass::run`], [`CandidateCache::refresh`](super::candidate_cache::CandidateCache::refresh),
+    /// [`Router::request_view`], [`Router::select`] and [`booked_candidate`],
+    /// [`Router::reserve_booked`], [`Router::gate_hints`], [`envelope`].
     pub(super) fn book_kv(
         &self,
         request: &RouteRequest,

@@ -1,5 +1,8 @@
 //! The run-time router: workers and their capabilities, the per-role policy setup, load
-//! accounting and the booking pipeline.
+//! accounting and the booking pipeline. The KV-aware pipeline's stages are in `kv_booking.rs`
+//! (the overlap pass in `overlap_pass.rs`, the reused candidates in `candidate_cache.rs`, the
+//! hint policies and their failure counters in `hint_assembly.rs`); the KV-blind modes in
+//! `blind_selection.rs`.
 //!
 //! Concurrency: the worker registry and the KV index sit behind one `parking_lot::RwLock`.
 //! Bookings take it shared (many at once), for the few microseconds of the overlap pass, the
