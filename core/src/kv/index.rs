@@ -389,6 +389,22 @@ impl KvIndex {
         out.first().copied().unwrap_or(0)
     }
 
+    /// The blocks `worker` holds, in no particular order: each block's sequence hash and the
+    /// engine hash the worker reported for it. Empty for an unknown worker.
+    pub fn worker_blocks(&self, worker: WorkerId) -> Vec<(SequenceHash, EngineBlockHash)> {
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return Vec::new();
+        };
+        self.blocks
+            .iter()
+            .filter(|(index, _)| self.holds(slot, *index))
+            .filter_map(|(_, block)| {
+                let engine = self.engine_of(slot, block.seq)?;
+                Some((SequenceHash(block.seq), EngineBlockHash(engine)))
+            })
+            .collect()
+    }
+
     /// (worker, block) memberships held.
     pub fn memberships(&self) -> usize {
         self.memberships

@@ -2,7 +2,7 @@
 //! KV index and run no hint policies.
 
 use super::workers::{ActiveChain, WorkerEntry};
-use super::{BookError, Booking, BookingStats, Prompt, RouteRequest, Router};
+use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
 use crate::identity::Role;
 use crate::kv::full_blocks;
 use crate::rng::SplitMix64;
@@ -58,12 +58,13 @@ fn role_index(role: Role) -> usize {
 
 impl Router {
     /// Books `request` by the KV-blind `mode`: no index, no hints; the whole prompt is
-    /// reserved as prefill.
+    /// reserved as prefill (nothing for a preview).
     pub(super) fn book_blind(
         &self,
         mode: RouterMode,
         request: &RouteRequest,
         start: Instant,
+        booking_mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
         let block_size = self.setup.block_size;
@@ -82,17 +83,19 @@ impl Router {
         let position = self.blind.choose(mode, role, &workers.entries);
         let booked = &workers.entries[position.min(workers.entries.len() - 1)];
         let worker = booked.info.id;
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prompt_tokens,
-            ActiveChain {
-                hashes: None,
-                untracked_blocks: blocks as u64,
-            },
-            start,
-        );
+        if booking_mode == BookingMode::Book {
+            self.reserve(
+                &request.request_id,
+                role,
+                booked,
+                prompt_tokens,
+                ActiveChain {
+                    hashes: None,
+                    untracked_blocks: blocks as u64,
+                },
+                start,
+            );
+        }
         drop(state);
         Ok(Booking {
             request_id: request.request_id.clone(),

@@ -9,7 +9,7 @@ use super::booking_scratch::{BookingScratch, ScratchGuard};
 use super::hint_assembly::{AssembledActions, assemble, panic_message};
 use super::overlap_pass::OverlapPass;
 use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
-use super::{BookError, Booking, BookingStats, Prompt, RouteRequest, Router};
+use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
 use crate::block_identity::SequenceHash;
 use crate::identity::Role;
 use crate::kv::{sequence_hashes_for_request, sequence_hashes_iter};
@@ -24,11 +24,13 @@ impl Router {
     /// Books `request` by KV overlap and the role's policies. The stages, in order:
     /// [`hash_prompt`], [`OverlapPass::run`], [`CandidateCache::refresh`](super::candidate_cache::CandidateCache::refresh),
     /// [`Router::request_view`], [`Router::select`] and [`booked_candidate`],
-    /// [`Router::reserve_booked`], [`Router::gate_hints`], [`envelope`].
+    /// [`Router::reserve_booked`], [`Router::gate_hints`], [`envelope`]. A preview stops after
+    /// the selection: nothing is reserved and no hint policy runs.
     pub(super) fn book_kv(
         &self,
         request: &RouteRequest,
         start: Instant,
+        mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
         let policies = self.role_policies(role)?;
@@ -50,13 +52,17 @@ impl Router {
         let view = self.request_view(request, hashes, candidates, &overlaps);
         let selection = self.select(policies, &view)?;
         let booked = booked_candidate(policies, workers, candidates, &selection, role)?;
-        self.reserve_booked(request, &booked, hashes, start);
-        let actions = self.gate_hints(booked.entry, view, &selection);
         let stats = BookingStats {
             blocks: hashes.len(),
             cached_blocks: booked.cached_blocks,
             ..BookingStats::default()
         };
+        if mode == BookingMode::Preview {
+            drop(state);
+            return Ok(envelope(request, selection, None, stats, start));
+        }
+        self.reserve_booked(request, &booked, hashes, start);
+        let actions = self.gate_hints(booked.entry, view, &selection);
         drop(state);
         Ok(envelope(request, selection, actions, stats, start))
     }

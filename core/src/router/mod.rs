@@ -35,8 +35,10 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::block_identity::SequenceHash;
-use crate::kv::{KvIndex, RouterEvent, WorkerIndexState};
+use crate::block_identity::{LocalBlockHash, SequenceHash};
+use crate::kv::{
+    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
+};
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
@@ -51,6 +53,15 @@ use workers::{ActiveChain, WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
+
+/// Whether a booking pass reserves load and runs hint policies, or only chooses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BookingMode {
+    /// Reserve and run the hint policies ([`Router::book`]).
+    Book,
+    /// Only choose ([`Router::preview`]).
+    Preview,
+}
 
 /// Run-time options of a [`Router`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +176,15 @@ impl Router {
             .collect()
     }
 
+    /// The load reserved on `worker`, or `None` if it is not registered.
+    pub fn load_of(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.state
+            .read()
+            .workers
+            .get(worker)
+            .map(|entry| entry.load.snapshot())
+    }
+
     /// Applies one KV event (upstream's `RouterEvent`); anomalies are counted and change
     /// nothing. When it returns `Ignored(IgnoreReason::Gap)` the worker lost events: ask its
     /// engine to replay from [`Router::replay_request`] and feed the replayed events here, in
@@ -201,6 +221,28 @@ impl Router {
         self.state.write().index.abandon_recovery(worker)
     }
 
+    /// The index as upstream `RouterEvent`s, worker by worker (sorted): one `stored` event per
+    /// block a worker holds, numbered from 0, each a root block whose `tokens_hash` is the
+    /// block's sequence hash. Applied to an empty router with the same workers, the events
+    /// rebuild the same lookups (a root block's sequence hash is its local hash).
+    pub fn export_events(&self) -> Vec<RouterEvent> {
+        let state = self.state.read();
+        let mut events = Vec::new();
+        for entry in state.workers.iter() {
+            let worker = entry.info.id;
+            let mut blocks = state.index.worker_blocks(worker);
+            blocks.sort_unstable();
+            events.extend(blocks.into_iter().enumerate().map(|(id, (seq, engine))| {
+                RouterEvent::new(
+                    worker,
+                    id as u64,
+                    KvCacheEventData::stored(None, [(engine, LocalBlockHash(seq.get()))]),
+                )
+            }));
+        }
+        events
+    }
+
     /// What the index knows about `worker`: blocks held, last event id, pending replay.
     pub fn worker_index_state(&self, worker: WorkerId) -> Option<WorkerIndexState> {
         self.state.read().index.worker_state(worker)
@@ -232,14 +274,89 @@ impl Router {
         let start = Instant::now();
         self.expire(start);
         let result = match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start),
-            mode => self.book_blind(mode, request, start),
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Book),
+            mode => self.book_blind(mode, request, start, BookingMode::Book),
         };
         match &result {
             Ok(booking) => self.metrics.count_booking(booking.stats.latency),
             Err(error) => self.metrics.count_book_error(error.reason()),
         }
         result
+    }
+
+    /// Chooses a worker for `request` as [`Router::book`] would, without reserving load or
+    /// running hint policies: a query ("where would this go?"). Nothing changes and the
+    /// booking metrics do not count it; the returned booking never carries a hint.
+    pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        match self.setup.router_mode {
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Preview),
+            mode => self.book_blind(mode, request, start, BookingMode::Preview),
+        }
+    }
+
+    /// Books `request` on `worker`, chosen by the caller: no selection or hint policy runs.
+    /// The reserved prefill is `prefill_tokens` when given, else the prompt less the prefix
+    /// `worker` caches. `worker` must be a registered worker of the request's role; otherwise
+    /// nothing is reserved.
+    pub fn book_on(
+        &self,
+        request: &RouteRequest,
+        worker: WorkerId,
+        prefill_tokens: Option<usize>,
+    ) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        self.expire(start);
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let state = self.state.read();
+        let entry = state
+            .workers
+            .get(worker)
+            .filter(|entry| entry.info.role == request.role)
+            .ok_or(BookError::NotRegistered {
+                role: request.role,
+                worker,
+            })?;
+        let hashes: Vec<SequenceHash> = match &request.prompt {
+            Prompt::Tokens(tokens) => {
+                sequence_hashes_for_request(tokens, block_size, &request.identity)
+            }
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.clone(),
+        };
+        let cached_blocks = state.index.prefix_length(&hashes, worker);
+        let prefill_tokens = prefill_tokens.unwrap_or_else(|| {
+            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize))
+        });
+        self.reserve(
+            &request.request_id,
+            request.role,
+            entry,
+            prefill_tokens,
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes.as_slice())),
+                untracked_blocks: 0,
+            },
+            start,
+        );
+        drop(state);
+        let latency = start.elapsed();
+        self.metrics.count_booking(latency);
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role: request.role,
+            worker,
+            hint: None,
+            committed_kv_copy: None,
+            stats: BookingStats {
+                blocks: hashes.len(),
+                cached_blocks,
+                latency,
+                ..BookingStats::default()
+            },
+        })
     }
 
     /// Reports that the request's prefill finished: its prefill tokens are released.
