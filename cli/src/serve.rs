@@ -43,6 +43,20 @@ pub struct ServeArgs {
     /// Overrides the file's `router_mode` (kv, round-robin, random, least-loaded).
     #[arg(long, value_name = "MODE")]
     pub router_mode: Option<RouterMode>,
+    /// Run as one of several replicas: publish this replica's bookings on
+    /// tcp://HOST:PORT (0 picks a free port, printed at start).
+    #[arg(long, value_name = "PORT")]
+    pub replica_sync_port: Option<u16>,
+    /// A peer replica (repeatable): `tcp://host:port` is its booking-sync endpoint (subscribed
+    /// to), `http://host:port` its HTTP address (asked for its state at start).
+    #[arg(long = "peer", value_name = "URL")]
+    pub peers: Vec<String>,
+    /// Write the router's state here periodically and on shutdown, and start from it.
+    #[arg(long, value_name = "PATH")]
+    pub snapshot: Option<PathBuf>,
+    /// Seconds between snapshot writes.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub snapshot_interval: u64,
 }
 
 /// Runs `kv-router serve` until Ctrl-C.
@@ -142,11 +156,13 @@ async fn serve(
         }
         None => None,
     };
+    let replicas = crate::serve_replicas::ReplicaSetup::from_args(args)?;
+    let started = replicas.start(&service, &args.host, out).await?;
     out.flush()?;
-    bound
-        .run(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    let served = bound
+        .run(crate::serve_replicas::shutdown_signal())
         .await
-        .map_err(|error| serve_error(format!("the service stopped: {error}")))
+        .map_err(|error| serve_error(format!("the service stopped: {error}")));
+    started.shut_down(&service, out);
+    served
 }

@@ -228,6 +228,7 @@ pub fn router(service: Arc<SelectionService>) -> Router {
         .route("/overlap_scores", post(overlap_scores))
         .route("/dump", get(dump))
         .route("/metrics", get(metrics))
+        .merge(crate::replica::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(REQUEST_BODY_LIMIT_BYTES))

@@ -23,12 +23,14 @@ pub mod msgpack_batch;
 pub mod partition;
 pub mod prompt;
 pub mod queries;
+pub mod replica;
 pub mod reservations;
 pub mod selection_request;
 pub mod selection_response;
 pub mod selection_service;
 pub mod serve;
 pub mod simulated_engines;
+pub mod snapshot;
 pub mod worker_record;
 pub mod zmq_ingress;
 

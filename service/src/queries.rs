@@ -19,8 +19,9 @@ impl SelectionService {
             .iter()
             .filter(|record| record.lifecycle == WorkerLifecycle::Schedulable)
             .count();
+        let replica_ready = self.replica.get().is_none_or(|replica| replica.ready());
         ReadyResponse {
-            ready: schedulable_workers > 0,
+            ready: schedulable_workers > 0 && replica_ready,
             schedulable_workers,
             workers,
         }
@@ -193,6 +194,9 @@ impl SelectionService {
             }
         }
         out.push_str(&self.ingress.prometheus_text());
+        if let Some(replica) = self.replica.get() {
+            out.push_str(&replica.prometheus_text());
+        }
         out
     }
 }

@@ -4,6 +4,7 @@
 use crate::error::ServiceError;
 use crate::ingress::{AttachedIngress, KvEventIngress};
 use crate::partition::Partition;
+use crate::replica::LocalBooking;
 use crate::reservations::{PendingSelection, PendingSelections, ReservationIndex};
 use crate::selection_request::{ReservationRequest, SelectRequest, WorkerRank};
 use crate::selection_response::{OverlapSummary, ReservationResponse, SelectResponse};
@@ -34,6 +35,8 @@ pub struct SelectionService {
     pub(crate) reservations: Mutex<ReservationIndex>,
     pub(crate) pending: Mutex<PendingSelections>,
     pub(crate) observer: Option<Arc<dyn BookingObserver>>,
+    /// The replica layer, when this service is one of several replicas.
+    pub(crate) replica: std::sync::OnceLock<Arc<dyn crate::replica::ReplicaHook>>,
 }
 
 /// A booking as `/select_and_reserve` made it, for in-process observers (the simulated
@@ -81,6 +84,7 @@ impl SelectionService {
             reservations: Mutex::new(ReservationIndex::default()),
             pending: Mutex::new(PendingSelections::default()),
             observer: None,
+            replica: std::sync::OnceLock::new(),
         }
     }
 
@@ -185,7 +189,33 @@ impl SelectionService {
                 hint: booking.hint.clone(),
             });
         }
+        if admission == Admission::Book
+            && let Some(id) = &selection_id
+        {
+            let cached = booking.stats.cached_blocks * partition.block_size as usize;
+            self.tell_replica(
+                &partition,
+                id,
+                booking.worker,
+                LocalBooking::Booked {
+                    sequence_hashes: &prompt.sequence_hashes,
+                    prefill_tokens: prompt.isl_tokens.saturating_sub(cached),
+                },
+            );
+        }
         self.response(&partition, booking, prompt, admission, selection_id)
+    }
+
+    fn tell_replica(
+        &self,
+        partition: &Partition,
+        selection_id: &str,
+        worker: WorkerId,
+        change: LocalBooking<'_>,
+    ) {
+        if let Some(replica) = self.replica.get() {
+            replica.local_booking(partition, selection_id, worker, change);
+        }
     }
 
     fn claim(&self, selection_id: &str, key: &PartitionKey) -> Result<(), ServiceError> {
@@ -433,14 +463,33 @@ impl SelectionService {
         self.claim(&selection_id, &key)?;
         let booked = partition.router.book_on(&route, worker, prefill);
         let mut reservations = self.reservations.lock();
-        match booked {
-            Ok(booking) => reservations.install(&selection_id, booking.worker),
+        let booking = match booked {
+            Ok(booking) => {
+                reservations.install(&selection_id, booking.worker);
+                booking
+            }
             Err(error) => {
                 reservations.abandon(&selection_id);
                 return Err(book_error(error, &key));
             }
-        }
+        };
         drop(reservations);
+        if let Prompt::Blocks {
+            sequence_hashes,
+            prompt_tokens,
+        } = &route.prompt
+        {
+            let cached = booking.stats.cached_blocks * partition.block_size as usize;
+            self.tell_replica(
+                &partition,
+                &selection_id,
+                worker,
+                LocalBooking::Booked {
+                    sequence_hashes,
+                    prefill_tokens: prefill.unwrap_or(prompt_tokens.saturating_sub(cached)),
+                },
+            );
+        }
         if request.worker_id.is_none() {
             self.pending.lock().remove(&key, &selection_id);
         }
@@ -514,15 +563,23 @@ impl SelectionService {
 
     /// `POST /reservations/{id}/prefill_complete`: the booking's prefill tokens are released.
     pub fn prefill_complete(&self, selection_id: &str) -> Result<(), ServiceError> {
-        let partition = {
+        let (partition, worker) = {
             let reservations = self.reservations.lock();
             let reservation = reservations
                 .get(selection_id)
                 .ok_or_else(|| reservation_not_found(selection_id))?;
-            self.partition(&reservation.partition)
+            (self.partition(&reservation.partition), reservation.worker)
         };
         if let Some(partition) = partition {
             partition.router.prefill_complete(selection_id);
+            if let Some(worker) = worker {
+                self.tell_replica(
+                    &partition,
+                    selection_id,
+                    worker,
+                    LocalBooking::PrefillCompleted,
+                );
+            }
         }
         Ok(())
     }
@@ -536,6 +593,9 @@ impl SelectionService {
             .ok_or_else(|| reservation_not_found(selection_id))?;
         if let Some(partition) = self.partition(&reservation.partition) {
             partition.router.release(selection_id);
+            if let Some(worker) = reservation.worker {
+                self.tell_replica(&partition, selection_id, worker, LocalBooking::Freed);
+            }
         }
         Ok(())
     }

@@ -311,6 +311,16 @@ impl KvIndex {
         outcomes
     }
 
+    /// Applies `event`'s blocks without consulting or moving the worker's event cursor: for
+    /// state copied from elsewhere (a peer replica's dump, a snapshot), whose event ids are not
+    /// positions in the engine's stream. The engine's own events, numbered as it numbers them,
+    /// then follow as if nothing had been applied.
+    pub fn restore(&mut self, event: &RouterEvent) -> EventOutcome {
+        let outcome = self.apply_admitted(event);
+        self.count(outcome);
+        outcome
+    }
+
     /// Counts an event that could not be read.
     pub fn note_malformed(&mut self) {
         self.counters.events_ignored[IgnoreReason::Malformed.index()] += 1;

@@ -23,6 +23,7 @@ mod hint_assembly;
 mod kv_booking;
 mod load;
 mod overlap_pass;
+mod peer_booking;
 pub mod request;
 pub use crate::setup;
 mod state_lock;
@@ -111,6 +112,10 @@ pub struct Router {
     options: RouterOptions,
     state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
+    /// Bookings other router replicas made, mirrored (see `peer_booking`).
+    peer_ledger: Mutex<LoadLedger>,
+    /// Peer bookings released by their TTL.
+    peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
     /// Each role's hint policies with their failure counters.
     role_hints: BTreeMap<Role, Vec<CountedHint>>,
@@ -126,6 +131,8 @@ impl Router {
             options,
             state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
+            peer_ledger: Mutex::new(LoadLedger::default()),
+            peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
             role_hints,
             blind: BlindSelector::new(options.seed),
