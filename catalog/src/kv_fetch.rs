@@ -72,7 +72,7 @@ impl HintPolicy for KvFetch {
             )]);
         }
         let booked = context.worker();
-        let ranking = SourceRanking::new(context.overlaps());
+        let ranking = SourceRanking::new(context.candidates());
         let Some(source) = ranking.best_for(booked) else {
             return Ok(Vec::new());
         };

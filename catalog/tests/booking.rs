@@ -85,7 +85,7 @@ fn router(selection: &str, parameters: Value, hints: Option<Vec<(&str, Value)>>)
     let hints = listed
         .into_iter()
         .map(|(name, parameters, origin)| RoleHint {
-            policy: registry
+            constructed: registry
                 .hint_policy(&name)
                 .expect("linked")
                 .construct_hint(PolicyParameters::new(parameters), &partition)

@@ -121,7 +121,7 @@ fn write_hints(
                 }
             }
         };
-        let sends = if hint.policy.commitments.contains(Commitments::KV_COPY) {
+        let sends = if hint.constructed.commitments.contains(Commitments::KV_COPY) {
             "; sends the committed KV copies"
         } else {
             ""

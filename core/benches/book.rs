@@ -75,15 +75,15 @@ fn build_router(workload: &Workload, with_hint: bool) -> Router {
     let policies = RolePolicies {
         selection_type: "cost".into(),
         selection: ConstructedSelectionPolicy {
-            policy: Arc::new(CostSelection),
+            instance: Arc::new(CostSelection),
             commitments: Commitments::NONE,
         },
         hints: [RoleHint {
             policy_type: "fetch".into(),
             name: None,
             origin: HintOrigin::Listed,
-            policy: ConstructedHintPolicy {
-                policy: Arc::new(FetchHint),
+            constructed: ConstructedHintPolicy {
+                instance: Arc::new(FetchHint),
                 commitments: Commitments::KV_COPY,
             },
         }]

@@ -11,27 +11,33 @@
 //! time). Inside it, each module imports only from the ones listed before it:
 //!
 //! 1. [`rng`]: SplitMix64, the seedable random source (no imports).
-//! 2. [`kv`]: KV events, block hashing and the index of which worker caches which block.
-//! 3. [`plugins`]: the plugin API (policies, their contexts, parameters and commitments) and
+//! 2. [`identity`] and [`block_identity`]: who caches (a worker and the role it serves) and
+//!    what is cached (the block identities of the KV events).
+//! 3. [`kv`]: KV events, block hashing and the index of which worker caches which block.
+//! 4. [`plugins`]: the plugin API (policies, their contexts, parameters and commitments) and
 //!    the [`PolicyRegistry`](plugins::PolicyRegistry) of every linked policy.
-//! 4. [`wire`]: the hint envelope as it travels to the engine.
-//! 5. [`config`]: the YAML configuration, its startup checks and their error snippets.
-//! 6. [`metrics`]: the router's counters, the booking-latency histogram and their Prometheus
+//! 5. [`wire`]: the hint envelope as it travels to the engine.
+//! 6. [`setup`]: what a router runs per role (its mode and constructed policies), as
+//!    configuration loading produces it.
+//! 7. [`config`]: the YAML configuration, its startup checks and their error snippets.
+//! 8. [`metrics`]: the router's counters, the booking-latency histogram and their Prometheus
 //!    text.
-//! 7. [`router`]: registered workers and their load, and the booking pipeline.
+//! 9. [`router`]: registered workers and their load, and the booking pipeline. It re-exports
+//!    the identities and the setup types under their earlier paths ([`router::worker`],
+//!    [`router::setup`]).
 //!
-//! Two exceptions remain: the worker identities `WorkerId` and `Role` live in
-//! [`router::worker`] and every layer from [`kv`] up uses them, and [`config`] builds the
-//! [`router::setup`] types it hands to the router. The crates above this one (the catalog, the
-//! replay, the CLI) use only its public API.
+//! The crates above this one (the catalog, the replay, the service, the CLI) use only its
+//! public API.
 
 pub mod block_identity;
 pub mod config;
+pub mod identity;
 pub mod kv;
 pub mod metrics;
 pub mod plugins;
 pub mod rng;
 pub mod router;
+pub mod setup;
 pub mod wire;
 
 /// The `serde` this crate is built with. A plugin crate that depends on `dynamo-kv-router`

@@ -75,8 +75,8 @@ impl NumberedAction {
 mod tests {
     use super::*;
     use crate::block_identity::EngineBlockHash;
+    use crate::identity::WorkerId;
     use crate::plugins::KvCopy;
-    use crate::router::WorkerId;
     use serde_json::json;
 
     #[test]

@@ -270,7 +270,7 @@ fn assert_setup_keeps_the_rules(setup: &RouterSetup, registry: &PolicyRegistry) 
             let senders = policies
                 .hints
                 .iter()
-                .filter(|hint| hint.policy.commitments.contains(Commitments::KV_COPY))
+                .filter(|hint| hint.constructed.commitments.contains(Commitments::KV_COPY))
                 .count();
             assert_eq!(senders, 1, "{role}: KV copies need exactly one sender");
         }

@@ -1,7 +1,8 @@
 //! Reference data computed by upstream NVIDIA Dynamo `dynamo-kv-router` 1.6.1, read from
 //! `../shared/vectors` beside the repository (never copied into it): every block-hash case, and
 //! upstream's own `RouterEvent` JSON fed to a router. Where the directory is absent the tests
-//! say so and pass without checking.
+//! are skipped visibly (a `SKIPPED:` line that `.ci/run` counts); under CI (`CI=true`) that is
+//! a failure.
 
 use dynamo_kv_router::kv::{
     EventOutcome, LocalBlockHash, RequestIdentity, RouterEvent, SequenceHash, local_block_hashes,
@@ -14,17 +15,21 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// `../shared/vectors/<name>` relative to the repository root, if it exists.
-fn vector_file(name: &str) -> Option<String> {
+/// `../shared/vectors/<name>` relative to the repository root, if it exists; otherwise `test`
+/// is reported as skipped (or fails under CI).
+fn vector_file(test: &str, name: &str) -> Option<String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/vectors")
         .join(name);
     match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(error) => {
-            println!(
-                "skipped: the upstream reference vectors are not beside the repository ({}: {error})",
-                path.display()
+            test_skip::skip_unless_ci(
+                test,
+                &format!(
+                    "the upstream reference vectors are not beside the repository ({}: {error})",
+                    path.display()
+                ),
             );
             None
         }
@@ -55,7 +60,10 @@ struct Case {
 
 #[test]
 fn every_block_hash_case_of_upstream_is_reproduced() {
-    let Some(text) = vector_file("block-hashes.json") else {
+    let Some(text) = vector_file(
+        "every_block_hash_case_of_upstream_is_reproduced",
+        "block-hashes.json",
+    ) else {
         return;
     };
     let vectors: Vectors = serde_json::from_str(&text).expect("block-hashes.json parses");
@@ -118,7 +126,10 @@ fn router_with_worker(worker: WorkerId) -> Router {
 
 #[test]
 fn upstream_router_events_give_the_documented_prefixes() {
-    let Some(text) = vector_file("upstream-router-events.jsonl") else {
+    let Some(text) = vector_file(
+        "upstream_router_events_give_the_documented_prefixes",
+        "upstream-router-events.jsonl",
+    ) else {
         return;
     };
     let worker = WorkerId::new(7, 1);
@@ -150,7 +161,10 @@ fn upstream_router_events_give_the_documented_prefixes() {
 
 #[test]
 fn upstream_router_events_read_with_fields_a_newer_upstream_adds() {
-    let Some(text) = vector_file("upstream-router-events.jsonl") else {
+    let Some(text) = vector_file(
+        "upstream_router_events_read_with_fields_a_newer_upstream_adds",
+        "upstream-router-events.jsonl",
+    ) else {
         return;
     };
     let worker = WorkerId::new(7, 1);

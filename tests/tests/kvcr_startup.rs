@@ -65,7 +65,7 @@ fn committing_kvcr_without_a_hints_key_runs_kv_fetch_by_default() {
                 hint.policy_type.as_str(),
                 hint.name.as_deref(),
                 hint.origin,
-                hint.policy.commitments,
+                hint.constructed.commitments,
             )
         })
         .collect();

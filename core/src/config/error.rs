@@ -3,10 +3,10 @@
 
 use super::position::Position;
 use super::snippet::{self, Diagnostic};
+use crate::identity::Role;
 use crate::plugins::name::NameProblem;
 use crate::plugins::{ParameterError, RegistryError};
-use crate::router::setup::RouterMode;
-use crate::router::worker::Role;
+use crate::setup::RouterMode;
 
 /// A configuration the router cannot start with. Its message names the file, line and column,
 /// the entry (a path such as `worker_selection.decode.hints[1]`, which names the role) and what

@@ -28,7 +28,7 @@ pub use setup_builder::{ConfigOverrides, DEFAULT_BLOCK_SIZE, build_setup};
 pub use source::{ConfigSource, MAX_CONFIG_BYTES};
 
 use crate::plugins::PolicyRegistry;
-use crate::router::setup::RouterSetup;
+use crate::setup::RouterSetup;
 
 /// Parses `source` and builds the router's per-role policies from `registry`; the first rule
 /// the configuration violates is the error.

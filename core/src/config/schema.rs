@@ -15,7 +15,7 @@
 
 use super::parameter_tree::ParameterNode;
 use super::position::Position;
-use crate::router::worker::Role;
+use crate::identity::Role;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;

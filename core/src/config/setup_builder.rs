@@ -5,14 +5,14 @@ use super::error::{ConfigError, ConfigProblem};
 use super::parameter_tree::{ParameterNode, ParameterValue};
 use super::position::Position;
 use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
+use crate::identity::Role;
 use crate::plugins::name;
 use crate::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use crate::plugins::{
     Commitments, HintPolicyEntry, ParameterError, ParameterErrorKind, Partition, PolicyEntry,
     PolicyParameters, PolicyRegistry, RegistryError,
 };
-use crate::router::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
-use crate::router::worker::Role;
+use crate::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 use std::collections::{BTreeMap, HashMap};
 
 /// Tokens per KV block when the configuration has no `block_size`.
@@ -175,7 +175,7 @@ impl Builder<'_> {
     ) -> Result<(), ConfigError> {
         let senders: Vec<&RoleHint> = hints
             .iter()
-            .filter(|hint| hint.policy.commitments.contains(Commitments::KV_COPY))
+            .filter(|hint| hint.constructed.commitments.contains(Commitments::KV_COPY))
             .collect();
         let (position, site_path) = match &entry.value.hints {
             Some(list) => (list.position, format!("{path}.hints")),
@@ -413,7 +413,7 @@ impl Builder<'_> {
             policy_type: policy.name.clone(),
             name: name.map(|name| name.value.clone()),
             origin,
-            policy: constructed,
+            constructed,
         }
     }
 

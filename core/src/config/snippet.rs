@@ -3,7 +3,7 @@
 //! [`ConfigError::render`](super::ConfigError::render) describes itself as a [`Diagnostic`].
 
 use super::position::Position;
-use crate::router::worker::Role;
+use crate::identity::Role;
 use std::fmt::{self, Write};
 
 /// Lines of context shown before the offending line.

@@ -16,7 +16,7 @@
 //! format that grows: fields this router does not know are ignored, not errors.
 
 use crate::block_identity::{EngineBlockHash, LocalBlockHash};
-use crate::router::worker::WorkerId;
+use crate::identity::WorkerId;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

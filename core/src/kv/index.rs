@@ -28,8 +28,8 @@ use super::event_outcome::{EventOutcome, IgnoreReason};
 use super::hashing::next_sequence_hash;
 use super::index_hasher::{U64HashBuilder, U64Map, mix};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::identity::WorkerId;
 use crate::plugins::BlockLookup;
-use crate::router::worker::WorkerId;
 use hashbrown::HashTable;
 use std::collections::HashMap;
 
@@ -204,11 +204,6 @@ impl KvIndex {
             self.slots.pop();
         }
         true
-    }
-
-    /// Whether `worker` is tracked.
-    pub fn contains_worker(&self, worker: WorkerId) -> bool {
-        self.by_worker.contains_key(&worker)
     }
 
     /// What the index knows about `worker`, if it is tracked.
@@ -731,7 +726,7 @@ impl KvIndex {
                     .slot_state(slot)
                     .is_some_and(|state| state.overrides == 0);
             let stored = plain
-                .then(|| self.store_common(slot, block.block_hash.0, seq.0, guess))
+                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq.0, guess))
                 .flatten();
             guess = match stored {
                 Some(stored) => stored.wrapping_add(1),
@@ -994,7 +989,7 @@ impl KvIndex {
     /// the slab entry to try first for the block (the one after the previous block's: a chain
     /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
     /// is right. Returns the stored block, or `None` when the general path must decide.
-    fn store_common(&mut self, slot: u32, engine: u64, seq: u64, guess: u32) -> Option<u32> {
+    fn store_on_fast_path(&mut self, slot: u32, engine: u64, seq: u64, guess: u32) -> Option<u32> {
         let (_, bit) = split(slot);
         let canonical = match self.blocks.try_get(guess) {
             // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.

@@ -1,6 +1,6 @@
 //! A worker that can serve a booking, as policies see it.
 
-use crate::router::worker::WorkerId;
+use crate::identity::WorkerId;
 use std::sync::Arc;
 
 /// The load the router has reserved on a worker at booking time, as upstream's active-sequence

@@ -1,7 +1,7 @@
 //! How a provider hands out policy instances: one shared by all partitions, or one per partition.
 
 use super::{HintPolicy, ParameterError, WorkerSelectionPolicy};
-use crate::router::worker::Role;
+use crate::identity::Role;
 use std::sync::Arc;
 
 /// The partition (role entry) a policy instance is built for.

@@ -2,7 +2,7 @@
 
 use super::{Candidate, KvCopy, RequestView, SessionContext};
 use crate::block_identity::SequenceHash;
-use crate::router::worker::{Role, WorkerId};
+use crate::identity::{Role, WorkerId};
 
 /// The booking a hint policy builds actions for: the request, the booked worker, and the KV copy
 /// the selection policy committed it to, if any. All views are read-only; a policy never queries
@@ -79,11 +79,6 @@ impl<'a> HintContext<'a> {
     /// [`WorkerSelectionContext::candidates`](super::WorkerSelectionContext::candidates)).
     pub fn candidates(&self) -> &'a [Candidate] {
         self.request.candidates
-    }
-
-    /// The former name of [`candidates`](Self::candidates), kept so existing plugins build.
-    pub fn overlaps(&self) -> &'a [Candidate] {
-        self.candidates()
     }
 
     /// Length, in blocks, of the request's prefix that the booked worker caches.

@@ -2,7 +2,7 @@
 
 use super::kv_fetch_payload::KvFetchPayload;
 use crate::block_identity::EngineBlockHash;
-use crate::router::worker::WorkerId;
+use crate::identity::WorkerId;
 
 /// KV blocks the booked worker is committed to copy from a peer.
 ///

@@ -11,7 +11,7 @@ pub use super::{
     WorkerLoad, WorkerSelectionConstructor, WorkerSelectionContext, WorkerSelectionParameters,
     WorkerSelectionPolicy, WorkerSelectionProvider,
 };
-pub use crate::router::worker::{Role, WorkerId};
+pub use crate::identity::{Role, WorkerId};
 pub use dynamo_kv_router_macros::{hint_policy, worker_selection_policy};
 pub use serde::Deserialize;
 pub use std::sync::Arc;

@@ -2,7 +2,7 @@
 
 use super::{Candidate, SessionContext};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
-use crate::router::worker::{Role, WorkerId};
+use crate::identity::{Role, WorkerId};
 
 /// Resolves the engine's own block ids (what `kv.fetch` payloads name) from the router's index.
 pub trait BlockLookup: Send + Sync {

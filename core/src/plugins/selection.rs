@@ -4,7 +4,7 @@ use super::{
     Candidate, Commitments, KvCopy, ParameterError, PolicyError, RequestView,
     WorkerSelectionConstructor, WorkerSelectionParameters,
 };
-use crate::router::worker::WorkerId;
+use crate::identity::WorkerId;
 use std::sync::Arc;
 
 /// What a worker-selection policy sees of one booking.

@@ -1,12 +1,15 @@
 //! The KV-blind router modes: round-robin, random (seeded) and least-loaded. They never read the
 //! KV index and run no hint policies.
 
-use super::setup::RouterMode;
-use super::worker::Role;
-use super::workers::WorkerEntry;
+use super::workers::{ActiveChain, WorkerEntry};
+use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
+use crate::identity::Role;
+use crate::kv::full_blocks;
 use crate::rng::SplitMix64;
+use crate::setup::RouterMode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// The per-role state of the blind modes.
 pub(crate) struct BlindSelector {
@@ -50,5 +53,61 @@ fn role_index(role: Role) -> usize {
         Role::Aggregated => 0,
         Role::Prefill => 1,
         Role::Decode => 2,
+    }
+}
+
+impl Router {
+    /// Books `request` by the KV-blind `mode`: no index, no hints; the whole prompt is
+    /// reserved as prefill (nothing for a preview).
+    pub(super) fn book_blind(
+        &self,
+        mode: RouterMode,
+        request: &RouteRequest,
+        start: Instant,
+        booking_mode: BookingMode,
+    ) -> Result<Booking, BookError> {
+        let role = request.role;
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let blocks = match &request.prompt {
+            Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.len(),
+        };
+        let state = self.state.read();
+        let workers = state
+            .workers
+            .role(role)
+            .ok_or(BookError::NoWorkers { role })?;
+        let position = self.blind.choose(mode, role, &workers.entries);
+        let booked = &workers.entries[position.min(workers.entries.len() - 1)];
+        let worker = booked.info.id;
+        if booking_mode == BookingMode::Book {
+            self.reserve(
+                &request.request_id,
+                role,
+                booked,
+                prompt_tokens,
+                ActiveChain {
+                    hashes: None,
+                    untracked_blocks: blocks as u64,
+                },
+                start,
+            );
+        }
+        drop(state);
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role,
+            worker,
+            hint: None,
+            committed_kv_copy: None,
+            stats: BookingStats {
+                blocks,
+                latency: start.elapsed(),
+                ..BookingStats::default()
+            },
+        })
     }
 }

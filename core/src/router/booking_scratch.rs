@@ -1,8 +1,8 @@
 //! Per-thread buffers a booking reuses, so the common booking allocates nothing for its hashes,
 //! overlaps, recorded engine ids and candidate list.
 
+use super::candidate_cache::CandidateCache;
 use crate::block_identity::{EngineBlockHash, SequenceHash};
-use crate::plugins::Candidate;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 
@@ -19,9 +19,7 @@ pub(crate) struct BookingScratch {
     /// The canonical engine hash of each block below the longest cached prefix.
     pub(crate) engines: Vec<EngineBlockHash>,
     /// The candidates of the last booking on this thread.
-    pub(crate) candidates: Vec<Candidate>,
-    /// The generation of the role worker list `candidates` was built from (0: none).
-    pub(crate) candidates_of: u64,
+    pub(crate) candidates: CandidateCache,
 }
 
 thread_local! {

@@ -3,11 +3,51 @@
 //! carries the committed KV copy.
 
 use super::MAX_HINT_ACTIONS;
-use super::setup::RoleHint;
+use crate::identity::Role;
 use crate::metrics::PolicyFailureCounter;
 use crate::plugins::{Commitments, HintAction, HintContext, PolicyError};
+use crate::setup::{RoleHint, RouterSetup};
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// A hint policy a role runs, with the counter of its failures.
+pub(crate) struct CountedHint {
+    /// The policy and its place in the role.
+    pub(crate) hint: RoleHint,
+    /// Its errors and panics so far.
+    pub(crate) failures: PolicyFailureCounter,
+}
+
+impl CountedHint {
+    /// `hint` as `role` runs it, with no failures yet.
+    fn new(role: Role, hint: &RoleHint) -> Self {
+        Self {
+            failures: PolicyFailureCounter::new(
+                role.to_string(),
+                hint.policy_type.clone(),
+                hint.label().to_owned(),
+            ),
+            hint: hint.clone(),
+        }
+    }
+}
+
+/// Each configured role's hint policies, in the order they run, with their failure counters.
+pub(crate) fn counted_hints(setup: &RouterSetup) -> BTreeMap<Role, Vec<CountedHint>> {
+    setup
+        .roles
+        .iter()
+        .map(|(role, policies)| {
+            let hints = policies
+                .hints
+                .iter()
+                .map(|hint| CountedHint::new(*role, hint))
+                .collect();
+            (*role, hints)
+        })
+        .collect()
+}
 
 /// The actions of one booking's hint policies, after isolation and the cap.
 #[derive(Debug, Default)]
@@ -22,22 +62,20 @@ pub(crate) struct AssembledActions {
     pub(crate) failures: usize,
 }
 
-/// Runs `hints` for `context` in order. `counters[i]` counts the failures of `hints[i]`.
-pub(crate) fn assemble(
-    hints: &[RoleHint],
-    counters: &[PolicyFailureCounter],
-    context: &HintContext<'_>,
-) -> AssembledActions {
+/// Runs `hints` for `context` in order, counting each one's failures on it.
+pub(crate) fn assemble(hints: &[CountedHint], context: &HintContext<'_>) -> AssembledActions {
     let mut assembled = AssembledActions::default();
     let mut all = Vec::new();
     // The committed copy's action: the first action of the first policy that sends KV copies.
     let mut protected: Option<usize> = None;
     let mut copy_sender_seen = false;
-    for (position, hint) in hints.iter().enumerate() {
+    for CountedHint { hint, failures } in hints {
         assembled.policies_run += 1;
-        let outcome = catch_unwind(AssertUnwindSafe(|| hint.policy.policy.build_hints(context)))
-            .map(|result| result.and_then(object_payloads));
-        let sends_copy = hint.policy.commitments.contains(Commitments::KV_COPY);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            hint.constructed.instance.build_hints(context)
+        }))
+        .map(|result| result.and_then(object_payloads));
+        let sends_copy = hint.constructed.commitments.contains(Commitments::KV_COPY);
         let actions = match outcome {
             Ok(Ok(actions)) => actions,
             Ok(Err(error)) => {
@@ -49,9 +87,7 @@ pub(crate) fn assemble(
                     %error,
                     "hint policy failed; its actions are dropped"
                 );
-                if let Some(counter) = counters.get(position) {
-                    counter.count_error();
-                }
+                failures.count_error();
                 assembled.failures += 1;
                 Vec::new()
             }
@@ -64,9 +100,7 @@ pub(crate) fn assemble(
                     panic = panic_message(panic.as_ref()),
                     "hint policy panicked; its actions are dropped"
                 );
-                if let Some(counter) = counters.get(position) {
-                    counter.count_panic();
-                }
+                failures.count_panic();
                 assembled.failures += 1;
                 Vec::new()
             }

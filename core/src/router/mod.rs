@@ -1,5 +1,8 @@
 //! The run-time router: workers and their capabilities, the per-role policy setup, load
-//! accounting and the booking pipeline.
+//! accounting and the booking pipeline. The KV-aware pipeline's stages are in `kv_booking.rs`
+//! (the overlap pass in `overlap_pass.rs`, the reused candidates in `candidate_cache.rs`, the
+//! hint policies and their failure counters in `hint_assembly.rs`); the KV-blind modes in
+//! `blind_selection.rs`.
 //!
 //! Concurrency: the worker registry and the KV index sit behind one `parking_lot::RwLock`.
 //! Bookings take it shared (many at once), for the few microseconds of the overlap pass, the
@@ -14,13 +17,15 @@
 
 mod blind_selection;
 pub mod booking;
-mod booking_lookup;
 mod booking_scratch;
+mod candidate_cache;
 mod hint_assembly;
+mod kv_booking;
 mod load;
+mod overlap_pass;
 mod peer_booking;
 pub mod request;
-pub mod setup;
+pub use crate::setup;
 mod state_lock;
 pub mod worker;
 mod workers;
@@ -33,23 +38,16 @@ pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 use crate::kv::{
-    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, full_blocks,
-    sequence_hashes_for_request, sequence_hashes_iter,
+    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
 };
-use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
-use crate::plugins::{
-    Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
-};
-use crate::wire::KvHint;
+use crate::metrics::{MetricsSnapshot, RouterMetrics};
+use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
-use booking_lookup::BookingLookup;
-use booking_scratch::{BookingScratch, ScratchGuard};
-use hint_assembly::{assemble, panic_message};
+use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::Mutex;
 use state_lock::StateLock;
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{ActiveChain, WorkerEntry, Workers};
@@ -60,7 +58,9 @@ pub const MAX_HINT_ACTIONS: usize = 32;
 /// Whether a booking pass reserves load and runs hint policies, or only chooses.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum BookingMode {
+    /// Reserve and run the hint policies ([`Router::book`]).
     Book,
+    /// Only choose ([`Router::preview`]).
     Preview,
 }
 
@@ -117,31 +117,15 @@ pub struct Router {
     /// Peer bookings released by their TTL.
     peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
-    policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
+    /// Each role's hint policies with their failure counters.
+    role_hints: BTreeMap<Role, Vec<CountedHint>>,
     blind: BlindSelector,
 }
 
 impl Router {
     /// A router running `setup`, with no workers yet.
     pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
-        let policy_failures = setup
-            .roles
-            .iter()
-            .map(|(role, policies)| {
-                let counters = policies
-                    .hints
-                    .iter()
-                    .map(|hint| {
-                        PolicyFailureCounter::new(
-                            role.to_string(),
-                            hint.policy_type.clone(),
-                            hint.label().to_owned(),
-                        )
-                    })
-                    .collect();
-                (*role, counters)
-            })
-            .collect();
+        let role_hints = counted_hints(&setup);
         Router {
             setup,
             options,
@@ -150,7 +134,7 @@ impl Router {
             peer_ledger: Mutex::new(LoadLedger::default()),
             peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
-            policy_failures,
+            role_hints,
             blind: BlindSelector::new(options.seed),
         }
     }
@@ -404,7 +388,10 @@ impl Router {
         let active = self.ledger.lock().active_bookings();
         let state = self.state.read();
         self.metrics.snapshot(
-            self.policy_failures.values().flatten(),
+            self.role_hints
+                .values()
+                .flatten()
+                .map(|counted| &counted.failures),
             state.index.counters(),
             state.index.memberships() as u64,
             active,
@@ -446,263 +433,5 @@ impl Router {
             chain,
             deadline,
         );
-    }
-
-    fn book_kv(
-        &self,
-        request: &RouteRequest,
-        start: Instant,
-        mode: BookingMode,
-    ) -> Result<Booking, BookError> {
-        let role = request.role;
-        let policies = self
-            .setup
-            .roles
-            .get(&role)
-            .ok_or(BookError::NoRoleConfig { role })?;
-        let block_size = self.setup.block_size;
-        let prompt_tokens = request.prompt.prompt_tokens();
-        let mut scratch = ScratchGuard::take();
-        let BookingScratch {
-            hashes: hash_buffer,
-            lengths,
-            engines,
-            candidates,
-            candidates_of,
-        } = &mut *scratch;
-
-        let state = self.state.read();
-        let workers = state
-            .workers
-            .role(role)
-            .ok_or(BookError::NoWorkers { role })?;
-        let hashes: &[SequenceHash] = match &request.prompt {
-            Prompt::Tokens(tokens) if request.identity.is_plain() => {
-                hash_buffer.clear();
-                hash_buffer.extend(sequence_hashes_iter(tokens, block_size));
-                hash_buffer
-            }
-            Prompt::Tokens(tokens) => {
-                *hash_buffer =
-                    crate::kv::sequence_hashes_for_request(tokens, block_size, &request.identity);
-                hash_buffer
-            }
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => sequence_hashes,
-        };
-        // One pass over the index that also records the canonical engine id of every block
-        // some candidate caches, so hint policies need not probe the index again.
-        state
-            .index
-            .prefix_lengths_and_engines(hashes, &workers.ids, lengths, engines);
-        if *candidates_of == workers.generation && candidates.len() == workers.entries.len() {
-            for ((candidate, entry), cached_blocks) in candidates
-                .iter_mut()
-                .zip(&workers.entries)
-                .zip(lengths.iter())
-            {
-                candidate.cached_blocks = *cached_blocks;
-                candidate.load = entry.load.projection(hashes);
-            }
-        } else {
-            candidates.clear();
-            candidates.extend(workers.entries.iter().zip(lengths.iter()).map(
-                |(entry, cached_blocks)| Candidate {
-                    worker: entry.info.id,
-                    cached_blocks: *cached_blocks,
-                    load: entry.load.projection(hashes),
-                    router_hint: entry.info.capabilities.router_hint,
-                    source_endpoint: entry.source_endpoint.clone(),
-                },
-            ));
-            *candidates_of = workers.generation;
-        }
-        let candidates: &[Candidate] = candidates;
-        let lookup = BookingLookup {
-            index: &state.index,
-            sequence_hashes: hashes,
-            engines,
-            workers: &workers.ids,
-            lengths,
-        };
-        let view = RequestView {
-            request_id: &request.request_id,
-            role,
-            prompt_tokens,
-            block_size,
-            session: &request.session,
-            sequence_hashes: hashes,
-            candidates,
-            blocks: &lookup,
-        };
-
-        let selection = self.select(policies, &view)?;
-        let Some(position) = candidates
-            .iter()
-            .position(|candidate| candidate.worker == selection.worker)
-        else {
-            tracing::warn!(
-                %role,
-                policy_type = %policies.selection_type,
-                worker = %selection.worker,
-                "worker-selection policy chose a worker that is not a candidate"
-            );
-            return Err(BookError::NotACandidate {
-                role,
-                policy: policies.selection_type.clone(),
-                worker: selection.worker,
-            });
-        };
-        let booked = &workers.entries[position];
-        let cached_blocks = candidates[position].cached_blocks;
-        let prefill_tokens =
-            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize));
-        if mode == BookingMode::Preview {
-            drop(state);
-            return Ok(Booking {
-                request_id: request.request_id.clone(),
-                role,
-                worker: selection.worker,
-                hint: None,
-                committed_kv_copy: selection.kv_copy,
-                stats: BookingStats {
-                    blocks: hashes.len(),
-                    cached_blocks,
-                    latency: start.elapsed(),
-                    ..BookingStats::default()
-                },
-            });
-        }
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prefill_tokens,
-            ActiveChain {
-                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes)),
-                untracked_blocks: 0,
-            },
-            start,
-        );
-
-        let mut stats = BookingStats {
-            blocks: hashes.len(),
-            cached_blocks,
-            ..BookingStats::default()
-        };
-        let mut hint = None;
-        if booked.info.capabilities.router_hint {
-            let context = HintContext::new(view, selection.worker, selection.kv_copy.as_ref());
-            let counters = self
-                .policy_failures
-                .get(&role)
-                .map_or(&[][..], Vec::as_slice);
-            let assembled = assemble(&policies.hints, counters, &context);
-            stats.hint_policies_run = assembled.policies_run;
-            stats.actions = assembled.actions.len();
-            stats.actions_dropped = assembled.dropped;
-            stats.policy_failures = assembled.failures;
-            self.metrics
-                .count_hint(stats.actions, stats.actions_dropped);
-            if !assembled.actions.is_empty() {
-                hint = Some(KvHint::numbered(&request.request_id, assembled.actions));
-            }
-        } else {
-            self.metrics.count_hint_skipped();
-        }
-        drop(state);
-        stats.latency = start.elapsed();
-        Ok(Booking {
-            request_id: request.request_id.clone(),
-            role,
-            worker: selection.worker,
-            hint,
-            committed_kv_copy: selection.kv_copy,
-            stats,
-        })
-    }
-
-    fn select(
-        &self,
-        policies: &RolePolicies,
-        view: &RequestView<'_>,
-    ) -> Result<Selection, BookError> {
-        let context = WorkerSelectionContext::new(*view);
-        let role = view.role;
-        match catch_unwind(AssertUnwindSafe(|| {
-            policies.selection.policy.select(&context)
-        })) {
-            Ok(Ok(selection)) => Ok(selection),
-            Ok(Err(error)) => {
-                tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
-                Err(BookError::SelectionFailed {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message: error.to_string(),
-                })
-            }
-            Err(panic) => {
-                let message = panic_message(panic.as_ref());
-                tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
-                Err(BookError::SelectionPanicked {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message,
-                })
-            }
-        }
-    }
-
-    fn book_blind(
-        &self,
-        mode: RouterMode,
-        request: &RouteRequest,
-        start: Instant,
-        booking_mode: BookingMode,
-    ) -> Result<Booking, BookError> {
-        let role = request.role;
-        let block_size = self.setup.block_size;
-        let prompt_tokens = request.prompt.prompt_tokens();
-        let blocks = match &request.prompt {
-            Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => sequence_hashes.len(),
-        };
-        let state = self.state.read();
-        let workers = state
-            .workers
-            .role(role)
-            .ok_or(BookError::NoWorkers { role })?;
-        let position = self.blind.choose(mode, role, &workers.entries);
-        let booked = &workers.entries[position.min(workers.entries.len() - 1)];
-        let worker = booked.info.id;
-        if booking_mode == BookingMode::Book {
-            self.reserve(
-                &request.request_id,
-                role,
-                booked,
-                prompt_tokens,
-                ActiveChain {
-                    hashes: None,
-                    untracked_blocks: blocks as u64,
-                },
-                start,
-            );
-        }
-        drop(state);
-        Ok(Booking {
-            request_id: request.request_id.clone(),
-            role,
-            worker,
-            hint: None,
-            committed_kv_copy: None,
-            stats: BookingStats {
-                blocks,
-                latency: start.elapsed(),
-                ..BookingStats::default()
-            },
-        })
     }
 }

@@ -156,8 +156,8 @@ pub fn hint(policy_type: &str, policy: impl HintPolicy + 'static) -> RoleHint {
         policy_type: policy_type.to_owned(),
         name: None,
         origin: HintOrigin::Listed,
-        policy: ConstructedHintPolicy {
-            policy: Arc::new(policy),
+        constructed: ConstructedHintPolicy {
+            instance: Arc::new(policy),
             commitments,
         },
     }
@@ -172,7 +172,7 @@ pub fn role_policies(
     RolePolicies {
         selection_type: selection_type.to_owned(),
         selection: ConstructedSelectionPolicy {
-            policy: Arc::new(selection),
+            instance: Arc::new(selection),
             commitments,
         },
         hints,

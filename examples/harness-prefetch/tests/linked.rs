@@ -15,7 +15,7 @@ fn linked_prefetch(parameters: dynamo_kv_router::serde_json::Value) -> Construct
     };
     entry
         .construct_hint(HintPolicyParameters::new(parameters), &partition)
-        .map(|built| ConstructedHint(built.policy))
+        .map(|built| ConstructedHint(built.instance))
         .map_err(|error| error.to_string())
         .expect("valid parameters")
 }

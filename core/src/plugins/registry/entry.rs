@@ -83,7 +83,7 @@ impl PolicyEntry {
 #[derive(Clone)]
 pub struct ConstructedHintPolicy {
     /// The instance.
-    pub policy: Arc<dyn HintPolicy>,
+    pub instance: Arc<dyn HintPolicy>,
     /// Its effective commitments: the registration's declaration plus the instance's own.
     pub commitments: Commitments,
 }
@@ -92,7 +92,7 @@ pub struct ConstructedHintPolicy {
 #[derive(Clone)]
 pub struct ConstructedSelectionPolicy {
     /// The instance.
-    pub policy: Arc<dyn WorkerSelectionPolicy>,
+    pub instance: Arc<dyn WorkerSelectionPolicy>,
     /// What this instance, as configured, commits the booked worker to.
     pub commitments: Commitments,
 }
@@ -115,7 +115,7 @@ impl HintPolicyEntry {
         let policy = (self.provider)(parameters)?.construct(partition)?;
         let commitments = self.entry.commitments | policy.commitments();
         Ok(ConstructedHintPolicy {
-            policy,
+            instance: policy,
             commitments,
         })
     }
@@ -139,7 +139,7 @@ impl WorkerSelectionPolicyEntry {
         let policy = (self.provider)(parameters)?.construct(partition)?;
         let commitments = policy.commitments();
         Ok(ConstructedSelectionPolicy {
-            policy,
+            instance: policy,
             commitments,
         })
     }

@@ -213,11 +213,11 @@ impl PolicyRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Role;
     use crate::plugins::{
         HintAction, HintContext, HintPolicy, HintPolicyConstructor, Partition, PolicyError,
         PolicyParameters,
     };
-    use crate::router::worker::Role;
     use std::sync::Arc;
 
     struct Noop;

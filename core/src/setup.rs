@@ -1,7 +1,7 @@
 //! What a router runs, per role: the constructed policies that configuration loading produced.
 
+use crate::identity::Role;
 use crate::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
-use crate::router::worker::Role;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -81,7 +81,7 @@ pub struct RoleHint {
     /// Why it runs.
     pub origin: HintOrigin,
     /// The constructed instance and its commitments.
-    pub policy: ConstructedHintPolicy,
+    pub constructed: ConstructedHintPolicy,
 }
 
 impl RoleHint {

@@ -1,14 +1,16 @@
-//! The engine-hash lookup of one booking: serves the request's engine block hashes from the
-//! canonical ids the overlap pass recorded (a slice copy), and asks the index only for workers
-//! that report their own engine ids or for blocks outside what the pass saw.
+//! The overlap pass of one booking (REFERENCE §3): one walk over the index that gives each
+//! candidate's cached prefix and records the canonical engine id of every block some candidate
+//! caches. Its result is also the booking's [`BlockLookup`]: it serves the request's engine
+//! block hashes from what the pass recorded (a slice copy), and asks the index only for
+//! workers that report their own engine ids or for blocks outside what the pass saw.
 
 use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::identity::WorkerId;
 use crate::kv::KvIndex;
 use crate::plugins::BlockLookup;
-use crate::router::worker::WorkerId;
 
 /// What one booking's overlap pass saw, with the index for everything else.
-pub(crate) struct BookingLookup<'a> {
+pub(crate) struct OverlapPass<'a> {
     /// The index, under the booking's read lock.
     pub(crate) index: &'a KvIndex,
     /// The request's sequence hashes.
@@ -21,7 +23,31 @@ pub(crate) struct BookingLookup<'a> {
     pub(crate) lengths: &'a [usize],
 }
 
-impl BookingLookup<'_> {
+impl<'a> OverlapPass<'a> {
+    /// Runs the pass of `sequence_hashes` over `workers` (sorted by id), into the booking's
+    /// reused `lengths` and `engines` buffers.
+    pub(crate) fn run(
+        index: &'a KvIndex,
+        sequence_hashes: &'a [SequenceHash],
+        workers: &'a [WorkerId],
+        lengths: &'a mut Vec<usize>,
+        engines: &'a mut Vec<EngineBlockHash>,
+    ) -> Self {
+        index.prefix_lengths_and_engines(sequence_hashes, workers, lengths, engines);
+        OverlapPass {
+            index,
+            sequence_hashes,
+            engines,
+            workers,
+            lengths,
+        }
+    }
+
+    /// Each candidate's cached prefix length, in candidate (id) order.
+    pub(crate) fn cached_blocks(&self) -> &'a [usize] {
+        self.lengths
+    }
+
     /// The recorded engine hashes of blocks `first..first + hashes.len()`, when they are
     /// `worker`'s own: the blocks are within its cached prefix, `hashes` are the request's, and
     /// the worker holds every block under its canonical engine id.
@@ -47,7 +73,7 @@ impl BookingLookup<'_> {
     }
 }
 
-impl BlockLookup for BookingLookup<'_> {
+impl BlockLookup for OverlapPass<'_> {
     fn engine_block_hash(
         &self,
         worker: WorkerId,
@@ -113,16 +139,9 @@ mod tests {
         store(&mut index, 3, &[(100, 10), (101, 11)]);
         let workers = [worker(1), worker(2), worker(3)];
         let (mut lengths, mut recorded) = (Vec::new(), Vec::new());
-        index.prefix_lengths_and_engines(&seqs, &workers, &mut lengths, &mut recorded);
-        assert_eq!(lengths, [4, 3, 2]);
-        assert_eq!(recorded, engines(&[100, 101, 102, 103]));
-        let lookup = BookingLookup {
-            index: &index,
-            sequence_hashes: &seqs,
-            engines: &recorded,
-            workers: &workers,
-            lengths: &lengths,
-        };
+        let lookup = OverlapPass::run(&index, &seqs, &workers, &mut lengths, &mut recorded);
+        assert_eq!(lookup.cached_blocks(), [4, 3, 2]);
+        assert_eq!(lookup.engines, engines(&[100, 101, 102, 103]));
         for w in &workers {
             for first in 0..=seqs.len() {
                 for end in first..=seqs.len() {

@@ -1,0 +1,268 @@
+//! The KV-aware booking pipeline of REFERENCE §3, one named stage per step: hash the prompt,
+//! run the overlap pass, refresh the cached candidates, build the request view, select, reserve,
+//! gate the hints and build the envelope. [`Router::book_kv`] reads as that list.
+//!
+//! The common booking allocates nothing for its hashes, overlaps and candidates: the stages
+//! work in this thread's [`BookingScratch`].
+
+use super::booking_scratch::{BookingScratch, ScratchGuard};
+use super::hint_assembly::{AssembledActions, assemble, panic_message};
+use super::overlap_pass::OverlapPass;
+use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
+use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
+use crate::block_identity::SequenceHash;
+use crate::identity::Role;
+use crate::kv::{sequence_hashes_for_request, sequence_hashes_iter};
+use crate::plugins::{Candidate, HintContext, RequestView, Selection, WorkerSelectionContext};
+use crate::setup::RolePolicies;
+use crate::wire::KvHint;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Router {
+    /// Books `request` by KV overlap and the role's policies. The stages, in order:
+    /// [`hash_prompt`], [`OverlapPass::run`], [`CandidateCache::refresh`](super::candidate_cache::CandidateCache::refresh),
+    /// [`Router::request_view`], [`Router::select`] and [`booked_candidate`],
+    /// [`Router::reserve_booked`], [`Router::gate_hints`], [`envelope`]. A preview stops after
+    /// the selection: nothing is reserved and no hint policy runs.
+    pub(super) fn book_kv(
+        &self,
+        request: &RouteRequest,
+        start: Instant,
+        mode: BookingMode,
+    ) -> Result<Booking, BookError> {
+        let role = request.role;
+        let policies = self.role_policies(role)?;
+        let mut scratch = ScratchGuard::take();
+        let BookingScratch {
+            hashes,
+            lengths,
+            engines,
+            candidates,
+        } = &mut *scratch;
+        let state = self.state.read();
+        let workers = state
+            .workers
+            .role(role)
+            .ok_or(BookError::NoWorkers { role })?;
+        let hashes = hash_prompt(request, self.setup.block_size, hashes);
+        let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
+        let candidates = candidates.refresh(workers, overlaps.cached_blocks(), hashes);
+        let view = self.request_view(request, hashes, candidates, &overlaps);
+        let selection = self.select(policies, &view)?;
+        let booked = booked_candidate(policies, workers, candidates, &selection, role)?;
+        let stats = BookingStats {
+            blocks: hashes.len(),
+            cached_blocks: booked.cached_blocks,
+            ..BookingStats::default()
+        };
+        if mode == BookingMode::Preview {
+            drop(state);
+            return Ok(envelope(request, selection, None, stats, start));
+        }
+        self.reserve_booked(request, &booked, hashes, start);
+        let actions = self.gate_hints(booked.entry, view, &selection);
+        drop(state);
+        Ok(envelope(request, selection, actions, stats, start))
+    }
+
+    /// The policies of `role`, if it is configured.
+    fn role_policies(&self, role: Role) -> Result<&RolePolicies, BookError> {
+        self.setup
+            .roles
+            .get(&role)
+            .ok_or(BookError::NoRoleConfig { role })
+    }
+
+    /// Stage 4: what every policy of the booking sees.
+    fn request_view<'a>(
+        &self,
+        request: &'a RouteRequest,
+        sequence_hashes: &'a [SequenceHash],
+        candidates: &'a [Candidate],
+        overlaps: &'a OverlapPass<'a>,
+    ) -> RequestView<'a> {
+        RequestView {
+            request_id: &request.request_id,
+            role: request.role,
+            prompt_tokens: request.prompt.prompt_tokens(),
+            block_size: self.setup.block_size,
+            session: &request.session,
+            sequence_hashes,
+            candidates,
+            blocks: overlaps,
+        }
+    }
+
+    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics.
+    fn select(
+        &self,
+        policies: &RolePolicies,
+        view: &RequestView<'_>,
+    ) -> Result<Selection, BookError> {
+        let context = WorkerSelectionContext::new(*view);
+        let role = view.role;
+        match catch_unwind(AssertUnwindSafe(|| {
+            policies.selection.instance.select(&context)
+        })) {
+            Ok(Ok(selection)) => Ok(selection),
+            Ok(Err(error)) => {
+                tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
+                Err(BookError::SelectionFailed {
+                    role,
+                    policy: policies.selection_type.clone(),
+                    message: error.to_string(),
+                })
+            }
+            Err(panic) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
+                Err(BookError::SelectionPanicked {
+                    role,
+                    policy: policies.selection_type.clone(),
+                    message,
+                })
+            }
+        }
+    }
+
+    /// Stage 6: reserves the booked worker's load: the prefill its cache does not cover, and
+    /// the request's blocks while it is active.
+    fn reserve_booked(
+        &self,
+        request: &RouteRequest,
+        booked: &BookedCandidate<'_>,
+        sequence_hashes: &[SequenceHash],
+        now: Instant,
+    ) {
+        let cached_tokens = booked
+            .cached_blocks
+            .saturating_mul(self.setup.block_size as usize);
+        let prefill_tokens = request.prompt.prompt_tokens().saturating_sub(cached_tokens);
+        self.reserve(
+            &request.request_id,
+            request.role,
+            booked.entry,
+            prefill_tokens,
+            ActiveChain {
+                hashes: (!sequence_hashes.is_empty()).then(|| Arc::from(sequence_hashes)),
+                untracked_blocks: 0,
+            },
+            now,
+        );
+    }
+
+    /// Stage 7: runs the role's hint policies when the booked worker accepts hints; `None`
+    /// when it does not (counted as a skipped hint).
+    fn gate_hints(
+        &self,
+        booked: &WorkerEntry,
+        view: RequestView<'_>,
+        selection: &Selection,
+    ) -> Option<AssembledActions> {
+        if !booked.info.capabilities.router_hint {
+            self.metrics.count_hint_skipped();
+            return None;
+        }
+        let hints = self
+            .role_hints
+            .get(&view.role)
+            .map_or(&[][..], Vec::as_slice);
+        let context = HintContext::new(view, selection.worker, selection.kv_copy.as_ref());
+        let assembled = assemble(hints, &context);
+        self.metrics
+            .count_hint(assembled.actions.len(), assembled.dropped);
+        Some(assembled)
+    }
+}
+
+/// Stage 1: the request's sequence hashes, computed into `buffer` unless the caller sent them.
+fn hash_prompt<'a>(
+    request: &'a RouteRequest,
+    block_size: u32,
+    buffer: &'a mut Vec<SequenceHash>,
+) -> &'a [SequenceHash] {
+    match &request.prompt {
+        Prompt::Tokens(tokens) if request.identity.is_plain() => {
+            buffer.clear();
+            buffer.extend(sequence_hashes_iter(tokens, block_size));
+            buffer
+        }
+        Prompt::Tokens(tokens) => {
+            *buffer = sequence_hashes_for_request(tokens, block_size, &request.identity);
+            buffer
+        }
+        Prompt::Blocks {
+            sequence_hashes, ..
+        } => sequence_hashes,
+    }
+}
+
+/// The candidate a selection booked.
+struct BookedCandidate<'a> {
+    /// Its registry entry (with its load cell).
+    entry: &'a Arc<WorkerEntry>,
+    /// The blocks of the request it caches.
+    cached_blocks: usize,
+}
+
+/// Stage 5, checked: the candidate the policy chose, or an error if it chose none of them.
+fn booked_candidate<'a>(
+    policies: &RolePolicies,
+    workers: &'a RoleWorkers,
+    candidates: &[Candidate],
+    selection: &Selection,
+    role: Role,
+) -> Result<BookedCandidate<'a>, BookError> {
+    let Some(position) = candidates
+        .iter()
+        .position(|candidate| candidate.worker == selection.worker)
+    else {
+        tracing::warn!(
+            %role,
+            policy_type = %policies.selection_type,
+            worker = %selection.worker,
+            "worker-selection policy chose a worker that is not a candidate"
+        );
+        return Err(BookError::NotACandidate {
+            role,
+            policy: policies.selection_type.clone(),
+            worker: selection.worker,
+        });
+    };
+    Ok(BookedCandidate {
+        entry: &workers.entries[position],
+        cached_blocks: candidates[position].cached_blocks,
+    })
+}
+
+/// Stage 8: the booking, with the hint envelope numbering the kept actions (none when no
+/// action was kept or the worker takes no hints).
+fn envelope(
+    request: &RouteRequest,
+    selection: Selection,
+    actions: Option<AssembledActions>,
+    mut stats: BookingStats,
+    start: Instant,
+) -> Booking {
+    let mut hint = None;
+    if let Some(assembled) = actions {
+        stats.hint_policies_run = assembled.policies_run;
+        stats.actions = assembled.actions.len();
+        stats.actions_dropped = assembled.dropped;
+        stats.policy_failures = assembled.failures;
+        if !assembled.actions.is_empty() {
+            hint = Some(KvHint::numbered(&request.request_id, assembled.actions));
+        }
+    }
+    stats.latency = start.elapsed();
+    Booking {
+        request_id: request.request_id.clone(),
+        role: request.role,
+        worker: selection.worker,
+        hint,
+        committed_kv_copy: selection.kv_copy,
+        stats,
+    }
+}
