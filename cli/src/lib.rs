@@ -48,11 +48,14 @@ pub fn run() -> ExitCode {
 /// Runs the command line of this process with `registry` (for builds that also register
 /// policies by hand).
 pub fn run_with_registry(registry: &PolicyRegistry) -> ExitCode {
+    // Unlocked handles: `serve` runs for the life of the process, and a lock held here would
+    // block every other thread that writes to the same stream (a library's `eprintln!` or
+    // `dbg!` on a tokio worker would stall that worker for good).
     let code = run_args(
         std::env::args_os(),
         registry,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
     );
     ExitCode::from(code)
 }

@@ -297,6 +297,11 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
         add_peer(survivor, restarted.sync.as_deref().unwrap()).await;
     }
     eventually("the restarted replica is ready", || ready(&restarted)).await;
+    // The line is read from the child's stdout on another thread, so it may trail `/ready`.
+    eventually("the warm start line is printed", || async {
+        restarted.printed("warm start from http://").is_some()
+    })
+    .await;
     let warm = restarted
         .printed("warm start from http://")
         .expect("a warm start line");
@@ -319,6 +324,10 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
     eventually("a snapshot is written", || async { snapshot.exists() }).await;
     let from_snapshot = Replica::spawn(&["--snapshot", &snapshot_arg]);
     eventually("the snapshot replica is ready", || ready(&from_snapshot)).await;
+    eventually("the snapshot start line is printed", || async {
+        from_snapshot.printed("warm start from snapshot").is_some()
+    })
+    .await;
     let line = from_snapshot
         .printed("warm start from snapshot")
         .expect("a snapshot start line");

@@ -6,6 +6,10 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// How long a request waits for its answer: a stalled server fails the caller instead of
+/// hanging it (tests stay bounded in time).
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One HTTP answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpAnswer {
@@ -106,7 +110,17 @@ impl LoopbackClient {
             self.request.extend_from_slice(body);
         }
         self.stream.get_mut().write_all(&self.request).await?;
-        self.read_answer().await
+        tokio::time::timeout(ANSWER_TIMEOUT, self.read_answer())
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{method} {path}: no answer from {} within {ANSWER_TIMEOUT:?}",
+                        self.address
+                    ),
+                )
+            })?
     }
 
     async fn read_answer(&mut self) -> std::io::Result<HttpAnswer> {
