@@ -3,6 +3,7 @@
 use crate::catalog::CatalogArgs;
 use crate::check::CheckArgs;
 use crate::replay::ReplayArgs;
+use crate::serve::ServeArgs;
 use clap::{Parser, Subcommand};
 
 /// A KV-aware request router with worker-selection and hint-policy plugins.
@@ -23,4 +24,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Replay a workload through the router on a simulated cluster and compare configurations.
     Replay(ReplayArgs),
+    /// Serve the router over HTTP (upstream's selection-service routes), fed by engines' ZMQ
+    /// KV events.
+    Serve(ServeArgs),
 }

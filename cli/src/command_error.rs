@@ -21,6 +21,12 @@ pub enum CommandError {
         /// What went wrong and what to do.
         message: String,
     },
+    /// The service could not start or stopped with an error.
+    #[error("error: {message}\n")]
+    Serve {
+        /// What went wrong and what to do.
+        message: String,
+    },
     /// The replay ran, but the simulated workers and the router disagree: a bug in this
     /// program, not in the input.
     #[error("error: {message}\n")]

@@ -13,6 +13,8 @@ pub mod check;
 pub mod command;
 pub mod command_error;
 pub mod replay;
+pub mod serve;
+pub mod serve_replicas;
 
 use clap::Parser;
 use command::{Cli, Command};
@@ -83,6 +85,7 @@ where
         Command::Catalog(args) => catalog::run(&args, registry, out),
         Command::Check(args) => check::run(&args, registry, out),
         Command::Replay(args) => replay::run(&args, registry, out),
+        Command::Serve(args) => serve::run(&args, registry, out),
     };
     match outcome {
         Ok(()) => EXIT_OK,

@@ -54,6 +54,12 @@ pub struct ReplayArgs {
     /// Also write the comparison as a self-contained HTML page with plots.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Route through R router replicas (round-robin) that share bookings.
+    #[arg(long, value_name = "R", default_value_t = 1)]
+    pub replicas: usize,
+    /// With --replicas: a replica learns another's bookings this many bookings late.
+    #[arg(long, value_name = "BOOKINGS", default_value_t = 0)]
+    pub sync_lag: u64,
 }
 
 /// Runs `kv-router replay`.
@@ -109,6 +115,8 @@ pub fn run(
         },
         progress: true,
         router_seed: args.seed,
+        replicas: args.replicas,
+        sync_lag: args.sync_lag,
     };
     let comparison = compare(&workload.prepare(), bad_lines, &configs, &options)
         .map_err(|e| failed(e.to_string()))?;

@@ -174,6 +174,86 @@ fn usage_mistakes_exit_2() {
 }
 
 #[test]
+fn serve_refuses_a_bad_configuration_or_a_taken_port() {
+    let path = config_file(
+        "serve_bad",
+        "worker_selection:\n  aggregated:\n    type: no-such-policy\n",
+    );
+    let output = kv_router(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap_or_default(),
+        "--port",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("no-such-policy"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let output = kv_router(&["serve", "--host", "127.0.0.1", "--port", &port]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("cannot listen on 127.0.0.1"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+/// Stops the child process when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serve_with_simulated_engines_answers_over_http() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kv-router"))
+        .args(["serve", "--port", "0", "--simulate", "2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kv-router serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let _running = Running(child);
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let address = first
+        .strip_prefix("kv-router serving on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    let engines: Vec<String> = lines.by_ref().take(2).filter_map(Result::ok).collect();
+    assert!(
+        engines
+            .iter()
+            .all(|line| line.starts_with("simulated engine: worker")),
+        "{engines:?}"
+    );
+
+    let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET /ready HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"schedulable_workers\":2"), "{answer}");
+}
+
+#[test]
 fn help_and_version_exit_0_on_standard_output() {
     let output = kv_router(&["--help"]);
     assert_eq!(output.status.code(), Some(0));

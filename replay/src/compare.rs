@@ -2,6 +2,7 @@
 
 use crate::cluster::{ClusterConfig, ClusterError};
 use crate::hit_rate::IdealHitRate;
+use crate::replicas::ReplicatedRouter;
 use crate::report::{Comparison, WorkloadInfo};
 use crate::simulation::{SimulationError, simulate, stages_for};
 use crate::summary::ConfigReport;
@@ -29,6 +30,10 @@ pub struct ReplayOptions {
     pub progress: bool,
     /// Seed of the router's `random` mode.
     pub router_seed: u64,
+    /// Router replicas (0 or 1: one router); see [`crate::replicas::ReplicatedRouter`].
+    pub replicas: usize,
+    /// How many bookings later a replica learns of another's booking changes.
+    pub sync_lag: u64,
 }
 
 /// A comparison that could not run.
@@ -89,19 +94,22 @@ pub fn compare(
         let roles: Vec<Role> = setup.roles.keys().copied().collect();
         let stages = stages_for(&roles);
         let router_mode = setup.router_mode.to_string();
-        let router = Router::new(
-            setup,
-            RouterOptions {
-                seed: options.router_seed,
-                ..RouterOptions::default()
-            },
-        );
-        let result = simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n)).map_err(
-            |source| ReplayError::Simulation {
-                config: config.name.clone(),
-                source,
-            },
-        )?;
+        let router_options = RouterOptions {
+            seed: options.router_seed,
+            ..RouterOptions::default()
+        };
+        let simulated = if options.replicas > 1 {
+            let router =
+                ReplicatedRouter::new(&setup, router_options, options.replicas, options.sync_lag);
+            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+        } else {
+            let router = Router::new(setup, router_options);
+            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+        };
+        let result = simulated.map_err(|source| ReplayError::Simulation {
+            config: config.name.clone(),
+            source,
+        })?;
         reports.push(ConfigReport::from_result(
             &config.name,
             &router_mode,

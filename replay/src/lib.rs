@@ -15,6 +15,7 @@ pub mod hit_rate;
 pub mod html_report;
 pub mod invariants;
 pub mod outcome;
+pub mod replicas;
 pub mod report;
 pub mod router_port;
 pub mod simulation;

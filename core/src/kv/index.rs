@@ -318,6 +318,16 @@ impl KvIndex {
         outcomes
     }
 
+    /// Applies `event`'s blocks without consulting or moving the worker's event cursor: for
+    /// state copied from elsewhere (a peer replica's dump, a snapshot), whose event ids are not
+    /// positions in the engine's stream. The engine's own events, numbered as it numbers them,
+    /// then follow as if nothing had been applied.
+    pub fn restore(&mut self, event: &RouterEvent) -> EventOutcome {
+        let outcome = self.apply_admitted(event);
+        self.count(outcome);
+        outcome
+    }
+
     /// Counts an event that could not be read.
     pub fn note_malformed(&mut self) {
         self.counters.events_ignored[IgnoreReason::Malformed.index()] += 1;
@@ -394,6 +404,22 @@ impl KvIndex {
         let mut out = Vec::with_capacity(1);
         self.prefix_lengths(sequence_hashes, &[worker], &mut out);
         out.first().copied().unwrap_or(0)
+    }
+
+    /// The blocks `worker` holds, in no particular order: each block's sequence hash and the
+    /// engine hash the worker reported for it. Empty for an unknown worker.
+    pub fn worker_blocks(&self, worker: WorkerId) -> Vec<(SequenceHash, EngineBlockHash)> {
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return Vec::new();
+        };
+        self.blocks
+            .iter()
+            .filter(|(index, _)| self.holds(slot, *index))
+            .filter_map(|(_, block)| {
+                let engine = self.engine_of(slot, block.seq)?;
+                Some((SequenceHash(block.seq), EngineBlockHash(engine)))
+            })
+            .collect()
     }
 
     /// (worker, block) memberships held.

@@ -18,16 +18,19 @@ pub enum BookErrorReason {
     SelectionPanicked,
     /// The selection policy chose a worker that is not a candidate.
     NotACandidate,
+    /// The caller named a worker that is not registered in the request's role.
+    NotRegistered,
 }
 
 impl BookErrorReason {
     /// Every reason, in metric order.
-    pub const ALL: [BookErrorReason; 5] = [
+    pub const ALL: [BookErrorReason; 6] = [
         BookErrorReason::NoRoleConfig,
         BookErrorReason::NoWorkers,
         BookErrorReason::SelectionFailed,
         BookErrorReason::SelectionPanicked,
         BookErrorReason::NotACandidate,
+        BookErrorReason::NotRegistered,
     ];
 
     /// The reason's label in metrics.
@@ -38,6 +41,7 @@ impl BookErrorReason {
             BookErrorReason::SelectionFailed => "selection_failed",
             BookErrorReason::SelectionPanicked => "selection_panicked",
             BookErrorReason::NotACandidate => "not_a_candidate",
+            BookErrorReason::NotRegistered => "not_registered",
         }
     }
 
@@ -76,7 +80,7 @@ mod tests {
         assert_eq!(labels.len(), BookErrorReason::ALL.len());
         // The last variant sits at the end of `ALL`, so no variant is left out.
         assert_eq!(
-            BookErrorReason::NotACandidate.index(),
+            BookErrorReason::NotRegistered.index(),
             BookErrorReason::ALL.len() - 1
         );
     }

@@ -15,4 +15,5 @@ mod snapshot;
 pub use book_error_reason::BookErrorReason;
 pub use histogram::HistogramSnapshot;
 pub(crate) use live::{PolicyFailureCounter, RouterMetrics};
+pub use prometheus::escape_label;
 pub use snapshot::{EventMetrics, MetricsSnapshot, PolicyFailures};

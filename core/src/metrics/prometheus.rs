@@ -252,7 +252,8 @@ impl PrometheusText {
     }
 }
 
-fn escape_label(value: &str) -> String {
+/// `value` escaped for a Prometheus label value (backslash, quote, newline).
+pub fn escape_label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

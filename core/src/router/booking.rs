@@ -92,6 +92,16 @@ pub enum BookError {
         /// The worker it chose.
         worker: WorkerId,
     },
+    /// The caller named a worker that is not a registered worker of the request's role.
+    #[error(
+        "worker {worker} is not a registered `{role}` worker; register it (or ask for its role) first"
+    )]
+    NotRegistered {
+        /// The role asked for.
+        role: Role,
+        /// The worker named.
+        worker: WorkerId,
+    },
 }
 
 impl BookError {
@@ -108,6 +118,7 @@ impl BookError {
             BookError::SelectionFailed { .. } => BookErrorReason::SelectionFailed,
             BookError::SelectionPanicked { .. } => BookErrorReason::SelectionPanicked,
             BookError::NotACandidate { .. } => BookErrorReason::NotACandidate,
+            BookError::NotRegistered { .. } => BookErrorReason::NotRegistered,
         }
     }
 }

@@ -18,6 +18,7 @@ mod booking_lookup;
 mod booking_scratch;
 mod hint_assembly;
 mod load;
+mod peer_booking;
 pub mod request;
 pub mod setup;
 mod state_lock;
@@ -30,8 +31,11 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::block_identity::SequenceHash;
-use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, full_blocks, sequence_hashes_iter};
+use crate::block_identity::{LocalBlockHash, SequenceHash};
+use crate::kv::{
+    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, full_blocks,
+    sequence_hashes_for_request, sequence_hashes_iter,
+};
 use crate::metrics::{MetricsSnapshot, PolicyFailureCounter, RouterMetrics};
 use crate::plugins::{
     Candidate, HintContext, RequestView, Selection, WorkerLoad, WorkerSelectionContext,
@@ -52,6 +56,13 @@ use workers::{ActiveChain, WorkerEntry, Workers};
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
+
+/// Whether a booking pass reserves load and runs hint policies, or only chooses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BookingMode {
+    Book,
+    Preview,
+}
 
 /// Run-time options of a [`Router`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +112,10 @@ pub struct Router {
     options: RouterOptions,
     state: StateLock<RouterState>,
     ledger: Mutex<LoadLedger>,
+    /// Bookings other router replicas made, mirrored (see `peer_booking`).
+    peer_ledger: Mutex<LoadLedger>,
+    /// Peer bookings released by their TTL.
+    peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
     policy_failures: BTreeMap<Role, Vec<PolicyFailureCounter>>,
     blind: BlindSelector,
@@ -132,6 +147,8 @@ impl Router {
             options,
             state: StateLock::new(RouterState::default()),
             ledger: Mutex::new(LoadLedger::default()),
+            peer_ledger: Mutex::new(LoadLedger::default()),
+            peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
             policy_failures,
             blind: BlindSelector::new(options.seed),
@@ -182,6 +199,15 @@ impl Router {
             .collect()
     }
 
+    /// The load reserved on `worker`, or `None` if it is not registered.
+    pub fn load_of(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.state
+            .read()
+            .workers
+            .get(worker)
+            .map(|entry| entry.load.snapshot())
+    }
+
     /// Applies one KV event (upstream's `RouterEvent`); anomalies are counted and change
     /// nothing. When it returns `Ignored(IgnoreReason::Gap)` the worker lost events: ask its
     /// engine to replay from [`Router::replay_request`] and feed the replayed events here, in
@@ -218,6 +244,28 @@ impl Router {
         self.state.write().index.abandon_recovery(worker)
     }
 
+    /// The index as upstream `RouterEvent`s, worker by worker (sorted): one `stored` event per
+    /// block a worker holds, numbered from 0, each a root block whose `tokens_hash` is the
+    /// block's sequence hash. Applied to an empty router with the same workers, the events
+    /// rebuild the same lookups (a root block's sequence hash is its local hash).
+    pub fn export_events(&self) -> Vec<RouterEvent> {
+        let state = self.state.read();
+        let mut events = Vec::new();
+        for entry in state.workers.iter() {
+            let worker = entry.info.id;
+            let mut blocks = state.index.worker_blocks(worker);
+            blocks.sort_unstable();
+            events.extend(blocks.into_iter().enumerate().map(|(id, (seq, engine))| {
+                RouterEvent::new(
+                    worker,
+                    id as u64,
+                    KvCacheEventData::stored(None, [(engine, LocalBlockHash(seq.get()))]),
+                )
+            }));
+        }
+        events
+    }
+
     /// What the index knows about `worker`: blocks held, last event id, pending replay.
     pub fn worker_index_state(&self, worker: WorkerId) -> Option<WorkerIndexState> {
         self.state.read().index.worker_state(worker)
@@ -249,14 +297,89 @@ impl Router {
         let start = Instant::now();
         self.expire(start);
         let result = match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start),
-            mode => self.book_blind(mode, request, start),
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Book),
+            mode => self.book_blind(mode, request, start, BookingMode::Book),
         };
         match &result {
             Ok(booking) => self.metrics.count_booking(booking.stats.latency),
             Err(error) => self.metrics.count_book_error(error.reason()),
         }
         result
+    }
+
+    /// Chooses a worker for `request` as [`Router::book`] would, without reserving load or
+    /// running hint policies: a query ("where would this go?"). Nothing changes and the
+    /// booking metrics do not count it; the returned booking never carries a hint.
+    pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        match self.setup.router_mode {
+            RouterMode::Kv => self.book_kv(request, start, BookingMode::Preview),
+            mode => self.book_blind(mode, request, start, BookingMode::Preview),
+        }
+    }
+
+    /// Books `request` on `worker`, chosen by the caller: no selection or hint policy runs.
+    /// The reserved prefill is `prefill_tokens` when given, else the prompt less the prefix
+    /// `worker` caches. `worker` must be a registered worker of the request's role; otherwise
+    /// nothing is reserved.
+    pub fn book_on(
+        &self,
+        request: &RouteRequest,
+        worker: WorkerId,
+        prefill_tokens: Option<usize>,
+    ) -> Result<Booking, BookError> {
+        let start = Instant::now();
+        self.expire(start);
+        let block_size = self.setup.block_size;
+        let prompt_tokens = request.prompt.prompt_tokens();
+        let state = self.state.read();
+        let entry = state
+            .workers
+            .get(worker)
+            .filter(|entry| entry.info.role == request.role)
+            .ok_or(BookError::NotRegistered {
+                role: request.role,
+                worker,
+            })?;
+        let hashes: Vec<SequenceHash> = match &request.prompt {
+            Prompt::Tokens(tokens) => {
+                sequence_hashes_for_request(tokens, block_size, &request.identity)
+            }
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.clone(),
+        };
+        let cached_blocks = state.index.prefix_length(&hashes, worker);
+        let prefill_tokens = prefill_tokens.unwrap_or_else(|| {
+            prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize))
+        });
+        self.reserve(
+            &request.request_id,
+            request.role,
+            entry,
+            prefill_tokens,
+            ActiveChain {
+                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes.as_slice())),
+                untracked_blocks: 0,
+            },
+            start,
+        );
+        drop(state);
+        let latency = start.elapsed();
+        self.metrics.count_booking(latency);
+        Ok(Booking {
+            request_id: request.request_id.clone(),
+            role: request.role,
+            worker,
+            hint: None,
+            committed_kv_copy: None,
+            stats: BookingStats {
+                blocks: hashes.len(),
+                cached_blocks,
+                latency,
+                ..BookingStats::default()
+            },
+        })
     }
 
     /// Reports that the request's prefill finished: its prefill tokens are released.
@@ -325,7 +448,12 @@ impl Router {
         );
     }
 
-    fn book_kv(&self, request: &RouteRequest, start: Instant) -> Result<Booking, BookError> {
+    fn book_kv(
+        &self,
+        request: &RouteRequest,
+        start: Instant,
+        mode: BookingMode,
+    ) -> Result<Booking, BookError> {
         let role = request.role;
         let policies = self
             .setup
@@ -430,6 +558,22 @@ impl Router {
         let cached_blocks = candidates[position].cached_blocks;
         let prefill_tokens =
             prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize));
+        if mode == BookingMode::Preview {
+            drop(state);
+            return Ok(Booking {
+                request_id: request.request_id.clone(),
+                role,
+                worker: selection.worker,
+                hint: None,
+                committed_kv_copy: selection.kv_copy,
+                stats: BookingStats {
+                    blocks: hashes.len(),
+                    cached_blocks,
+                    latency: start.elapsed(),
+                    ..BookingStats::default()
+                },
+            });
+        }
         self.reserve(
             &request.request_id,
             role,
@@ -515,6 +659,7 @@ impl Router {
         mode: RouterMode,
         request: &RouteRequest,
         start: Instant,
+        booking_mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
         let block_size = self.setup.block_size;
@@ -533,17 +678,19 @@ impl Router {
         let position = self.blind.choose(mode, role, &workers.entries);
         let booked = &workers.entries[position.min(workers.entries.len() - 1)];
         let worker = booked.info.id;
-        self.reserve(
-            &request.request_id,
-            role,
-            booked,
-            prompt_tokens,
-            ActiveChain {
-                hashes: None,
-                untracked_blocks: blocks as u64,
-            },
-            start,
-        );
+        if booking_mode == BookingMode::Book {
+            self.reserve(
+                &request.request_id,
+                role,
+                booked,
+                prompt_tokens,
+                ActiveChain {
+                    hashes: None,
+                    untracked_blocks: blocks as u64,
+                },
+                start,
+            );
+        }
         drop(state);
         Ok(Booking {
             request_id: request.request_id.clone(),

@@ -71,6 +71,11 @@ impl Workers {
         Some(entry)
     }
 
+    /// The worker `id`, if registered.
+    pub(crate) fn get(&self, id: WorkerId) -> Option<&Arc<WorkerEntry>> {
+        self.by_id.get(&id)
+    }
+
     /// The workers of `role`, sorted by id.
     pub(crate) fn role(&self, role: Role) -> Option<&RoleWorkers> {
         self.by_role

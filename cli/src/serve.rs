@@ -1,0 +1,168 @@
+//! `kv-router serve [--config FILE] [--host 127.0.0.1] [--port 8092] [--simulate N]`: the router
+//! as an HTTP service with upstream's selection-service routes, fed by the engines' ZMQ KV
+//! events; `--simulate N` starts N simulated engines in the same process.
+
+use crate::command_error::CommandError;
+use clap::Args;
+use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
+use dynamo_kv_router::plugins::PolicyRegistry;
+use dynamo_kv_router::router::{RouterMode, RouterOptions, RouterSetup};
+use kv_router_replay::BUILTIN_CONFIGS;
+use kv_router_service::SelectionService;
+use kv_router_service::event_transport::ZmqTransport;
+use kv_router_service::ingress::{KvEventIngress, NoIngress};
+use kv_router_service::kv_listener::ListenerOptions;
+use kv_router_service::serve::{BoundService, ServeOptions};
+use kv_router_service::simulated_engines::{
+    SimulatedBookings, SimulatedEngines, SimulationOptions,
+};
+use kv_router_service::zmq_ingress::ZmqIngress;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `kv-router serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The YAML configuration; without it, the built-in kvcr + kv_fetch configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8092)]
+    pub port: u16,
+    /// Start N simulated engines (workers 1..=N) that register, publish real ZMQ KV events
+    /// and act on their hints.
+    #[arg(long, value_name = "N")]
+    pub simulate: Option<usize>,
+    /// Book without KV events: workers need no `kv_events_endpoint` (they all look cold).
+    #[arg(long)]
+    pub no_kv_events: bool,
+    /// Overrides the file's `router_mode` (kv, round-robin, random, least-loaded).
+    #[arg(long, value_name = "MODE")]
+    pub router_mode: Option<RouterMode>,
+    /// Run as one of several replicas: publish this replica's bookings on
+    /// tcp://HOST:PORT (0 picks a free port, printed at start).
+    #[arg(long, value_name = "PORT")]
+    pub replica_sync_port: Option<u16>,
+    /// A peer replica (repeatable): `tcp://host:port` is its booking-sync endpoint (subscribed
+    /// to), `http://host:port` its HTTP address (asked for its state at start).
+    #[arg(long = "peer", value_name = "URL")]
+    pub peers: Vec<String>,
+    /// Write the router's state here periodically and on shutdown, and start from it.
+    #[arg(long, value_name = "PATH")]
+    pub snapshot: Option<PathBuf>,
+    /// Seconds between snapshot writes.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub snapshot_interval: u64,
+}
+
+/// Runs `kv-router serve` until Ctrl-C.
+pub fn run(
+    args: &ServeArgs,
+    registry: &PolicyRegistry,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let setup = load_setup(args, registry)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| serve_error(format!("cannot start the async runtime: {error}")))?;
+    runtime.block_on(serve(args, setup, out))
+}
+
+fn serve_error(message: String) -> CommandError {
+    CommandError::Serve { message }
+}
+
+fn load_setup(args: &ServeArgs, registry: &PolicyRegistry) -> Result<RouterSetup, CommandError> {
+    let overrides = ConfigOverrides {
+        router_mode: args.router_mode,
+    };
+    let source = match &args.config {
+        Some(path) => ConfigSource::read(path).map_err(|error| CommandError::Config {
+            rendered: error.render(""),
+        })?,
+        None => {
+            let (name, text) = BUILTIN_CONFIGS[0];
+            ConfigSource::new(name, text)
+        }
+    };
+    config::load(&source, registry, &overrides).map_err(|error| CommandError::Config {
+        rendered: error.render(&source.text),
+    })
+}
+
+async fn serve(
+    args: &ServeArgs,
+    setup: RouterSetup,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let block_size = setup.block_size;
+    let ingress: Arc<dyn KvEventIngress> = if args.no_kv_events {
+        Arc::new(NoIngress)
+    } else {
+        Arc::new(ZmqIngress::new(
+            Arc::new(ZmqTransport),
+            ListenerOptions::default(),
+        ))
+    };
+    let bookings = Arc::new(SimulatedBookings::default());
+    let mut service = SelectionService::new(setup, RouterOptions::default(), ingress);
+    if args.simulate.is_some() {
+        service = service.with_observer(Arc::clone(&bookings) as _);
+    }
+    let service = Arc::new(service);
+    let options = ServeOptions {
+        host: args.host.clone(),
+        port: args.port,
+    };
+    let bound = BoundService::bind(Arc::clone(&service), &options)
+        .await
+        .map_err(|error| {
+            serve_error(format!(
+                "cannot listen on {}:{}: {error}; pick another --port or --host",
+                args.host, args.port
+            ))
+        })?;
+    let address = bound
+        .local_addr()
+        .map_err(|error| serve_error(error.to_string()))?;
+    writeln!(out, "kv-router serving on http://{address}")?;
+    let _engines = match args.simulate {
+        Some(engines) => {
+            let simulation = SimulationOptions {
+                engines,
+                block_size,
+                ..SimulationOptions::default()
+            };
+            let started = SimulatedEngines::start(&service, &bookings, &simulation)
+                .await
+                .map_err(|error| serve_error(format!("cannot start simulated engines: {error}")))?;
+            for registration in &started.registrations {
+                writeln!(
+                    out,
+                    "simulated engine: worker {} publishing KV events on {}",
+                    registration.worker_id,
+                    registration
+                        .kv_events_endpoint
+                        .as_deref()
+                        .unwrap_or_default()
+                )?;
+            }
+            Some(started)
+        }
+        None => None,
+    };
+    let replicas = crate::serve_replicas::ReplicaSetup::from_args(args)?;
+    let started = replicas.start(&service, &args.host, out).await?;
+    out.flush()?;
+    let served = bound
+        .run(crate::serve_replicas::shutdown_signal())
+        .await
+        .map_err(|error| serve_error(format!("the service stopped: {error}")));
+    started.shut_down(&service, out);
+    served
+}

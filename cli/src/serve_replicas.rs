@@ -1,0 +1,226 @@
+//! `kv-router serve` as one of several replicas: `--replica-sync-port` publishes this
+//! replica's bookings, `--peer tcp://…` subscribes to a peer's, `--peer http://…` names a peer
+//! to warm start from, and `--snapshot PATH` starts from and keeps a snapshot file.
+
+use crate::command_error::CommandError;
+use crate::serve::ServeArgs;
+use kv_router_service::SelectionService;
+use kv_router_service::replica::warm_start::{StartKind, warm_start};
+use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
+use kv_router_service::snapshot::RouterState;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+/// The replica flags, checked.
+pub struct ReplicaSetup {
+    sync_port: Option<u16>,
+    sync_peers: Vec<String>,
+    http_peers: Vec<String>,
+    snapshot: Option<PathBuf>,
+    snapshot_interval: Duration,
+}
+
+/// What runs while the service serves: the replica layer and the snapshot writer.
+pub struct StartedReplica {
+    _sync: Option<Arc<ReplicaSync>>,
+    snapshot: Option<(PathBuf, JoinHandle<()>)>,
+}
+
+fn error(message: String) -> CommandError {
+    CommandError::Serve { message }
+}
+
+impl ReplicaSetup {
+    /// Reads the flags; a `--peer` that is neither `tcp://` nor `http://` is an error.
+    pub fn from_args(args: &ServeArgs) -> Result<Self, CommandError> {
+        let (mut sync_peers, mut http_peers) = (Vec::new(), Vec::new());
+        for peer in &args.peers {
+            if peer.starts_with("tcp://") {
+                sync_peers.push(peer.clone());
+            } else if peer.starts_with("http://") {
+                http_peers.push(peer.clone());
+            } else {
+                return Err(error(format!(
+                    "--peer {peer}: give a peer's booking-sync endpoint (tcp://host:port) or \
+                     its HTTP address (http://host:port)"
+                )));
+            }
+        }
+        if !sync_peers.is_empty() && args.replica_sync_port.is_none() {
+            return Err(error(
+                "--peer tcp://… needs --replica-sync-port (this replica's own booking-sync port)"
+                    .to_owned(),
+            ));
+        }
+        if args.snapshot_interval == 0 {
+            return Err(error(
+                "--snapshot-interval must be at least 1 second".to_owned(),
+            ));
+        }
+        Ok(Self {
+            sync_port: args.replica_sync_port,
+            sync_peers,
+            http_peers,
+            snapshot: args.snapshot.clone(),
+            snapshot_interval: Duration::from_secs(args.snapshot_interval),
+        })
+    }
+
+    /// Starts the booking sync, then the state: from a peer, else the snapshot, else cold.
+    /// Prints what it did.
+    pub async fn start(
+        self,
+        service: &Arc<SelectionService>,
+        host: &str,
+        out: &mut dyn Write,
+    ) -> Result<StartedReplica, CommandError> {
+        let sync = match self.sync_port {
+            Some(port) => {
+                let options = ReplicaOptions {
+                    bind: format!("tcp://{host}:{port}"),
+                    peers: self.sync_peers.clone(),
+                    replica_id: None,
+                };
+                let sync = ReplicaSync::start(service, &options)
+                    .await
+                    .map_err(|e| error(e.to_string()))?;
+                writeln!(
+                    out,
+                    "replica {:016x} publishing bookings on {}",
+                    sync.replica_id(),
+                    sync.endpoint()
+                )?;
+                Some(sync)
+            }
+            None => None,
+        };
+        if let Some(sync) = &sync {
+            sync.set_ready(false);
+        }
+        let spinner = spinner("warm start: asking the peers for their state");
+        let mut start = warm_start(service, &self.http_peers).await;
+        if let (StartKind::Cold { .. }, Some(path)) = (&start, &self.snapshot) {
+            spinner.set_message(format!("warm start: loading {}", path.display()));
+            start = load_snapshot(service, path, &start, out)?;
+        }
+        spinner.finish_and_clear();
+        writeln!(out, "{start}")?;
+        if let Some(sync) = &sync {
+            sync.set_ready(true);
+        }
+        let snapshot = self.snapshot.map(|path| {
+            let task = tokio::spawn(write_periodically(
+                Arc::clone(service),
+                path.clone(),
+                self.snapshot_interval,
+            ));
+            (path, task)
+        });
+        Ok(StartedReplica {
+            _sync: sync,
+            snapshot,
+        })
+    }
+}
+
+/// A spinner on standard error while the state loads (seconds for a large cluster), hidden
+/// when standard error is not a terminal.
+fn spinner(message: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+fn load_snapshot(
+    service: &SelectionService,
+    path: &std::path::Path,
+    cold: &StartKind,
+    out: &mut dyn Write,
+) -> Result<StartKind, CommandError> {
+    let started = Instant::now();
+    let state = match RouterState::read(path) {
+        Ok(Some(state)) => state,
+        Ok(None) => {
+            writeln!(out, "no snapshot at {} yet", path.display())?;
+            return Ok(cold.clone());
+        }
+        Err(problem) => {
+            writeln!(out, "{problem}")?;
+            return Ok(StartKind::Cold {
+                reason: format!("the snapshot {} was not usable", path.display()),
+            });
+        }
+    };
+    match state.apply(service) {
+        Ok(restored) => Ok(StartKind::Warm {
+            peer: format!("snapshot {}", path.display()),
+            restored,
+            took: started.elapsed(),
+        }),
+        Err(problem) => {
+            writeln!(out, "{problem}")?;
+            Ok(StartKind::Cold {
+                reason: format!("the snapshot {} was not usable", path.display()),
+            })
+        }
+    }
+}
+
+async fn write_periodically(service: Arc<SelectionService>, path: PathBuf, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let state = RouterState::capture(&service);
+        let path = path.clone();
+        let written = tokio::task::spawn_blocking(move || state.write(&path)).await;
+        if let Ok(Err(problem)) = written {
+            eprintln!("warning: cannot write the snapshot: {problem}");
+        }
+    }
+}
+
+/// Completes at Ctrl-C (SIGINT) or, on Unix, SIGTERM (what orchestrators send), so that a
+/// stopping replica writes its final snapshot either way.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+impl StartedReplica {
+    /// Stops the periodic writer and writes the final snapshot.
+    pub fn shut_down(self, service: &SelectionService, out: &mut dyn Write) {
+        if let Some((path, task)) = self.snapshot {
+            task.abort();
+            let state = RouterState::capture(service);
+            let blocks = state.blocks();
+            let _ = match state.write(&path) {
+                Ok(()) => writeln!(
+                    out,
+                    "snapshot written to {} ({blocks} blocks)",
+                    path.display()
+                ),
+                Err(problem) => writeln!(out, "{problem}"),
+            };
+            let _ = out.flush();
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The HTTP routes (upstream's selection-service paths), their JSON bodies and error answers.
+
+use crate::error::{ServiceError, json_error, json_ok};
+use crate::json_body::{JsonBody, Refused, json_response};
+use crate::selection_request::{OverlapScoresRequest, ReservationRequest, SelectRequest};
+use crate::selection_service::SelectionService;
+use crate::worker_record::{WorkerPatchRequest, WorkerRequest};
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, patch, post};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Largest request body accepted (upstream's limit); larger bodies are answered 413.
+pub const REQUEST_BODY_LIMIT_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, Deserialize)]
+struct FilterQuery {
+    model_name: Option<String>,
+    routing_group: Option<String>,
+}
+
+fn body<T>(payload: Result<JsonBody<T>, Refused>) -> Result<T, Refused> {
+    payload.map(|JsonBody(value)| value)
+}
+
+fn path<T>(value: Result<Path<T>, PathRejection>) -> Result<T, Refused> {
+    value
+        .map(|Path(value)| value)
+        .map_err(|rejection| Refused(rejection.status(), rejection.body_text()))
+}
+
+fn answer<T: serde::Serialize>(status: StatusCode, result: Result<T, ServiceError>) -> Response {
+    match result {
+        Ok(value) => json_response(status, &value),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn create_worker(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<WorkerRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::CREATED, service.upsert_worker(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn patch_worker(
+    State(service): State<Arc<SelectionService>>,
+    worker_id: Result<Path<u64>, PathRejection>,
+    payload: Result<JsonBody<WorkerPatchRequest>, Refused>,
+) -> Response {
+    let worker_id = match path(worker_id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    match body(payload) {
+        Ok(patch) => answer(StatusCode::OK, service.patch_worker(worker_id, patch)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn delete_worker(
+    State(service): State<Arc<SelectionService>>,
+    worker_id: Result<Path<u64>, PathRejection>,
+) -> Response {
+    match path(worker_id) {
+        Ok(id) => answer(StatusCode::OK, service.delete_worker(id)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn list_workers(
+    State(service): State<Arc<SelectionService>>,
+    Query(filter): Query<FilterQuery>,
+) -> Response {
+    json_response(
+        StatusCode::OK,
+        &service.list_workers(
+            filter.model_name.as_deref(),
+            filter.routing_group.as_deref(),
+        ),
+    )
+}
+
+async fn select(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<SelectRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.select(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn select_and_reserve(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<SelectRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.select_and_reserve(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn create_reservation(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<ReservationRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::CREATED, service.create_reservation(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn prefill_complete(
+    State(service): State<Arc<SelectionService>>,
+    Path(selection_id): Path<String>,
+) -> Response {
+    match service.prefill_complete(&selection_id) {
+        Ok(()) => json_ok(StatusCode::OK),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn delete_reservation(
+    State(service): State<Arc<SelectionService>>,
+    Path(selection_id): Path<String>,
+) -> Response {
+    match service.free_reservation(&selection_id) {
+        Ok(()) => json_ok(StatusCode::OK),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn health() -> Response {
+    json_ok(StatusCode::OK)
+}
+
+async fn ready(State(service): State<Arc<SelectionService>>) -> Response {
+    let response = service.ready();
+    let status = if response.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &response)
+}
+
+async fn loads(
+    State(service): State<Arc<SelectionService>>,
+    Query(filter): Query<FilterQuery>,
+) -> Response {
+    json_response(
+        StatusCode::OK,
+        &service.loads(
+            filter.model_name.as_deref(),
+            filter.routing_group.as_deref(),
+        ),
+    )
+}
+
+async fn overlap_scores(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.overlap_scores(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn potential_loads(
+    State(service): State<Arc<SelectionService>>,
+    payload: Result<JsonBody<OverlapScoresRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => answer(StatusCode::OK, service.potential_loads(request)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn dump(State(service): State<Arc<SelectionService>>) -> Response {
+    json_response(StatusCode::OK, &service.dump())
+}
+
+async fn metrics(State(service): State<Arc<SelectionService>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        service.prometheus_text(),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    json_error(StatusCode::NOT_FOUND, "route not found")
+}
+
+async fn method_not_allowed() -> Response {
+    json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+}
+
+/// The service's routes over `service`.
+pub fn router(service: Arc<SelectionService>) -> Router {
+    Router::new()
+        .route("/select", post(select))
+        .route("/select_and_reserve", post(select_and_reserve))
+        .route("/reservations", post(create_reservation))
+        .route(
+            "/reservations/{selection_id}/prefill_complete",
+            post(prefill_complete),
+        )
+        .route("/reservations/{selection_id}", delete(delete_reservation))
+        .route("/workers", post(create_worker).get(list_workers))
+        .route(
+            "/workers/{worker_id}",
+            patch(patch_worker).delete(delete_worker),
+        )
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/loads", get(loads))
+        .route("/potential_loads", post(potential_loads))
+        .route("/overlap_scores", post(overlap_scores))
+        .route("/dump", get(dump))
+        .route("/metrics", get(metrics))
+        .merge(crate::replica::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(REQUEST_BODY_LIMIT_BYTES))
+        .with_state(service)
+}

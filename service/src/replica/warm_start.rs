@@ -1,0 +1,114 @@
+//! Warm start: the state of the first peer that answers (`GET /workers`, `GET /dump`),
+//! applied before the replica reports ready; with no peer, or none answering, a cold start.
+
+use crate::loopback_client::LoopbackClient;
+use crate::selection_service::SelectionService;
+use crate::snapshot::{Restored, RouterState};
+use std::time::{Duration, Instant};
+
+/// How long one peer may take to answer both requests.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the replica started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartKind {
+    /// From a peer's state.
+    Warm {
+        /// The peer's HTTP address.
+        peer: String,
+        /// What was applied.
+        restored: Restored,
+        /// Fetch and apply time.
+        took: Duration,
+    },
+    /// Without a peer's state.
+    Cold {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for StartKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartKind::Warm {
+                peer,
+                restored,
+                took,
+            } => write!(
+                f,
+                "warm start from {peer}: {} workers, {} blocks in {} ms",
+                restored.workers,
+                restored.blocks,
+                took.as_millis()
+            ),
+            StartKind::Cold { reason } => write!(f, "cold start: {reason}"),
+        }
+    }
+}
+
+/// Asks each of `peers` (HTTP addresses, `host:port` or `http://host:port`) in turn for its
+/// state and applies the first one received.
+pub async fn warm_start(service: &SelectionService, peers: &[String]) -> StartKind {
+    if peers.is_empty() {
+        return StartKind::Cold {
+            reason: "no --peer to warm from".to_owned(),
+        };
+    }
+    let mut failures = Vec::new();
+    for peer in peers {
+        let started = Instant::now();
+        let fetched = tokio::time::timeout(PEER_TIMEOUT, fetch_state(peer)).await;
+        let state = match fetched {
+            Ok(Ok(state)) => state,
+            Ok(Err(error)) => {
+                failures.push(format!("{peer}: {error}"));
+                continue;
+            }
+            Err(_) => {
+                failures.push(format!("{peer}: no answer within {PEER_TIMEOUT:?}"));
+                continue;
+            }
+        };
+        match state.apply(service) {
+            Ok(restored) => {
+                return StartKind::Warm {
+                    peer: peer.clone(),
+                    restored,
+                    took: started.elapsed(),
+                };
+            }
+            Err(error) => failures.push(format!("{peer}: {error}")),
+        }
+    }
+    StartKind::Cold {
+        reason: format!("no peer gave its state ({})", failures.join("; ")),
+    }
+}
+
+async fn fetch_state(peer: &str) -> Result<RouterState, String> {
+    let address = peer.strip_prefix("http://").unwrap_or(peer);
+    let address = tokio::net::lookup_host(address)
+        .await
+        .map_err(|error| format!("cannot resolve: {error}"))?
+        .next()
+        .ok_or_else(|| "resolves to no address".to_owned())?;
+    let mut client = LoopbackClient::connect(address)
+        .await
+        .map_err(|error| format!("cannot connect: {error}"))?;
+    let workers = client
+        .get("/workers")
+        .await
+        .map_err(|error| format!("GET /workers: {error}"))?;
+    let dump = client
+        .get("/dump")
+        .await
+        .map_err(|error| format!("GET /dump: {error}"))?;
+    if workers.status != 200 || dump.status != 200 {
+        return Err(format!(
+            "answered {} to GET /workers and {} to GET /dump",
+            workers.status, dump.status
+        ));
+    }
+    RouterState::from_answers(&workers.body, &dump.body).map_err(|error| error.to_string())
+}

@@ -1,0 +1,69 @@
+//! Running the service: bind, serve until shut down.
+
+use crate::http::router;
+use crate::selection_service::SelectionService;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Where and how to serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// The address to listen on (default `127.0.0.1`).
+    pub host: String,
+    /// The port (default 8092; 0 picks a free one).
+    pub port: u16,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".to_owned(),
+            port: 8092,
+        }
+    }
+}
+
+/// A bound, not yet serving, HTTP listener for `service`.
+pub struct BoundService {
+    listener: TcpListener,
+    service: Arc<SelectionService>,
+}
+
+impl BoundService {
+    /// Binds `options.host:options.port`.
+    pub async fn bind(
+        service: Arc<SelectionService>,
+        options: &ServeOptions,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
+        Ok(Self { listener, service })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(self.listener, router(self.service))
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// Serves `service` on `options` until Ctrl-C.
+pub async fn serve(service: Arc<SelectionService>, options: &ServeOptions) -> std::io::Result<()> {
+    let bound = BoundService::bind(service, options).await?;
+    tracing::info!(address = %bound.local_addr()?, "kv-router service listening");
+    bound
+        .run(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}

@@ -1,0 +1,93 @@
+//! The ingress that feeds each worker rank from its engine's ZMQ publisher.
+
+use crate::event_transport::{EventTransport, validate_endpoint};
+use crate::ingest_stats::IngestStats;
+use crate::ingress::{AttachedIngress, KvEventIngress};
+use crate::kv_listener::{KvListener, ListenerOptions, ListenerSpec};
+use crate::partition::Partition;
+use crate::worker_record::WorkerCatalogRecord;
+use std::sync::Arc;
+
+/// One listener per worker rank, on `transport`.
+pub struct ZmqIngress {
+    transport: Arc<dyn EventTransport>,
+    options: ListenerOptions,
+    stats: Arc<IngestStats>,
+}
+
+impl ZmqIngress {
+    /// An ingress connecting through `transport` with `options`.
+    pub fn new(transport: Arc<dyn EventTransport>, options: ListenerOptions) -> Self {
+        Self {
+            transport,
+            options,
+            stats: Arc::default(),
+        }
+    }
+
+    /// What the listeners did so far.
+    pub fn stats(&self) -> Arc<IngestStats> {
+        Arc::clone(&self.stats)
+    }
+}
+
+impl KvEventIngress for ZmqIngress {
+    fn missing_metadata(&self, record: &WorkerCatalogRecord) -> Vec<String> {
+        record.missing_event_metadata()
+    }
+
+    fn attach(
+        &self,
+        record: &WorkerCatalogRecord,
+        partition: Arc<Partition>,
+    ) -> Result<AttachedIngress, String> {
+        let endpoints = record.listener_endpoints();
+        let ranks: Vec<(u32, String)> = record
+            .dp_ranks()
+            .filter_map(|rank| {
+                endpoints
+                    .get(&rank)
+                    .map(|endpoint| (rank, endpoint.clone()))
+            })
+            .collect();
+        for (rank, endpoint) in &ranks {
+            validate_endpoint(endpoint).map_err(|error| {
+                format!(
+                    "invalid kv_events endpoint for worker {} dp_rank {rank}: {error}",
+                    record.worker_id
+                )
+            })?;
+        }
+        if let Some(endpoint) = &record.replay_endpoint {
+            validate_endpoint(endpoint).map_err(|error| {
+                format!(
+                    "invalid replay endpoint for worker {}: {error}",
+                    record.worker_id
+                )
+            })?;
+        }
+        let tasks = ranks
+            .into_iter()
+            .map(|(dp_rank, events_endpoint)| {
+                let listener = KvListener::new(
+                    ListenerSpec {
+                        worker_id: record.worker_id,
+                        dp_rank,
+                        events_endpoint,
+                        replay_endpoint: record.replay_endpoint.clone(),
+                    },
+                    self.options,
+                    Arc::clone(&partition),
+                    Arc::clone(&self.transport),
+                    Arc::clone(&self.stats),
+                );
+                tokio::spawn(listener.run()).abort_handle()
+            })
+            .collect();
+        Ok(AttachedIngress::new(tasks))
+    }
+
+    fn prometheus_text(&self) -> String {
+        self.stats.prometheus_text()
+    }
+}
