@@ -152,6 +152,8 @@ pub struct KvIndex {
     /// is `e` is the owner of `e`, which lets stores skip the `by_engine` probe.
     unowned: usize,
     counters: IndexCounters,
+    /// The sequence hashes of the store being applied (kept to reuse its allocation).
+    store_seqs: Vec<u64>,
 }
 
 impl KvIndex {
@@ -709,33 +711,44 @@ impl KvIndex {
             }
         };
         let (group, _) = split(slot);
+        // Every sequence hash first (a chain of cheap hashes), so the table slots of a block
+        // some blocks ahead can be prefetched while this one is stored.
+        let mut seqs = std::mem::take(&mut self.store_seqs);
+        seqs.clear();
+        let mut chain = parent.map(|(_, seq)| seq);
+        seqs.extend(store.blocks.iter().map(|block| {
+            let seq = next_sequence_hash(chain, block.tokens_hash);
+            chain = Some(seq);
+            seq.0
+        }));
         // The slab entry after the previous block's (the parent's, for the first): where a
         // chain's next block usually is.
         let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
-        let mut parent = parent.map(|(_, seq)| seq);
-        for (n, block) in store.blocks.iter().enumerate() {
-            // New blocks miss in `by_engine`: start the miss of a later block now.
-            if let Some(later) = store.blocks.get(n + STORE_AHEAD) {
+        // Whether the previous block missed its guess (a new block, or one stored elsewhere):
+        // then the next ones likely miss too, and their table slots are worth prefetching.
+        let mut probing = true;
+        for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
+            if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
                 self.by_engine.prefetch(key_hash(later.block_hash.0));
+                self.by_seq.prefetch(key_hash(seqs[n + STORE_AHEAD]));
             }
-            let seq = next_sequence_hash(parent, block.tokens_hash);
-            parent = Some(seq);
             // A store may add an override, after which the fast path no longer applies.
             let plain = group == 0
                 && self
                     .slot_state(slot)
                     .is_some_and(|state| state.overrides == 0);
             let stored = plain
-                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq.0, guess))
+                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq, guess))
                 .flatten();
-            guess = match stored {
-                Some(stored) => stored.wrapping_add(1),
+            (guess, probing) = match stored {
+                Some((stored, guessed)) => (stored.wrapping_add(1), !guessed),
                 None => {
-                    self.store(slot, block.block_hash.0, seq.0);
-                    u32::MAX
+                    self.store(slot, block.block_hash.0, seq);
+                    (u32::MAX, true)
                 }
             };
         }
+        self.store_seqs = seqs;
         self.counters.stored_blocks += store.blocks.len() as u64;
         EventOutcome::Applied
     }
@@ -988,15 +1001,25 @@ impl KvIndex {
     /// others hold under the same engine id, or a new block with a new engine id. `guess` is
     /// the slab entry to try first for the block (the one after the previous block's: a chain
     /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
-    /// is right. Returns the stored block, or `None` when the general path must decide.
-    fn store_on_fast_path(&mut self, slot: u32, engine: u64, seq: u64, guess: u32) -> Option<u32> {
+    /// is right. Returns the stored block and whether the guess was it, or `None` when the
+    /// general path must decide.
+    fn store_on_fast_path(
+        &mut self,
+        slot: u32,
+        engine: u64,
+        seq: u64,
+        guess: u32,
+    ) -> Option<(u32, bool)> {
         let (_, bit) = split(slot);
-        let canonical = match self.blocks.try_get(guess) {
+        let guessed = match self.blocks.try_get(guess) {
             // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.
-            Some(entry) if self.unowned == 0 && entry.holders != 0 && entry.engine == engine => {
-                Some(guess)
-            }
-            _ => self.canonical_block(engine),
+            Some(entry) => self.unowned == 0 && entry.holders != 0 && entry.engine == engine,
+            None => false,
+        };
+        let canonical = if guessed {
+            Some(guess)
+        } else {
+            self.canonical_block(engine)
         };
         let block = match canonical {
             Some(block) => {
@@ -1005,7 +1028,7 @@ impl KvIndex {
                     return None;
                 }
                 if entry.holders & bit != 0 {
-                    return Some(block);
+                    return Some((block, guessed));
                 }
                 entry.holders |= bit;
                 block
@@ -1023,7 +1046,7 @@ impl KvIndex {
             state.blocks += 1;
         }
         self.memberships += 1;
-        Some(block)
+        Some((block, guessed))
     }
 
     /// Drops `slot`'s membership of `block`; the caller checked that it holds it.
