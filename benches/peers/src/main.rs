@@ -12,9 +12,9 @@ mod concurrent;
 mod counting_alloc;
 mod engines;
 mod measure;
-mod mooncake;
 mod report;
 mod synthetic;
+mod trace_workload;
 mod workload;
 
 use catalog as _;
@@ -154,7 +154,7 @@ fn main() -> ExitCode {
             None => println!("(trace workload skipped: pass --trace or set KV_ROUTER_TRACE)\n"),
             Some(path) => {
                 let bar = progress_bar();
-                match mooncake::build(path, args.trace_workers, args.trace_capacity, &bar) {
+                match trace_workload::build(path, args.trace_workers, args.trace_capacity, &bar) {
                     Ok(workload) => {
                         bar.finish_and_clear();
                         let reports = compare(
