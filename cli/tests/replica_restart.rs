@@ -6,6 +6,7 @@
 use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
 use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
 use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::polling::eventually;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -13,6 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
+
+/// How long a background effect may take before the test fails.
+const WAIT: Duration = Duration::from_secs(15);
 
 const BLOCK: usize = 16;
 const ENGINES: u64 = 4;
@@ -123,20 +127,6 @@ async fn scores(replica: &Replica, prompt: &[u32]) -> Value {
     answer
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..300 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what} did not happen within 15 s");
-}
-
 async fn add_peer(replica: &Replica, endpoint: &str) {
     let answer = replica
         .client()
@@ -211,7 +201,7 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
     let expected: Vec<Value> = {
         let mut out = Vec::new();
         for prompt in &prompts {
-            eventually("the replicas index the engines' blocks", || async {
+            eventually(WAIT, "the replicas index the engines' blocks", || async {
                 let first = scores(&replicas[0], prompt).await;
                 let mut same = first["workers"].as_array().is_some_and(|w| {
                     w.iter()
@@ -296,9 +286,9 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
         assert_eq!(removed.status, 200, "{}", removed.text());
         add_peer(survivor, restarted.sync.as_deref().unwrap()).await;
     }
-    eventually("the restarted replica is ready", || ready(&restarted)).await;
+    eventually(WAIT, "the restarted replica is ready", || ready(&restarted)).await;
     // The line is read from the child's stdout on another thread, so it may trail `/ready`.
-    eventually("the warm start line is printed", || async {
+    eventually(WAIT, "the warm start line is printed", || async {
         restarted.printed("warm start from http://").is_some()
     })
     .await;
@@ -321,10 +311,16 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
     assert!(ok.load(Ordering::Relaxed) > 0);
 
     // The restarted replica's snapshot starts a fourth process warm, without any peer.
-    eventually("a snapshot is written", || async { snapshot.exists() }).await;
+    eventually(WAIT, "a snapshot is written", || async {
+        snapshot.exists()
+    })
+    .await;
     let from_snapshot = Replica::spawn(&["--snapshot", &snapshot_arg]);
-    eventually("the snapshot replica is ready", || ready(&from_snapshot)).await;
-    eventually("the snapshot start line is printed", || async {
+    eventually(WAIT, "the snapshot replica is ready", || {
+        ready(&from_snapshot)
+    })
+    .await;
+    eventually(WAIT, "the snapshot start line is printed", || async {
         from_snapshot.printed("warm start from snapshot").is_some()
     })
     .await;
@@ -342,7 +338,7 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
         .status()
         .expect("kill -INT");
     assert!(interrupted.success());
-    eventually("the final snapshot is written", || async {
+    eventually(WAIT, "the final snapshot is written", || async {
         from_snapshot.printed("snapshot written to").is_some()
     })
     .await;
@@ -352,7 +348,7 @@ async fn a_killed_replica_restarts_warm_and_snapshots_restart_the_cluster() {
     let bytes = std::fs::read(&snapshot).unwrap();
     std::fs::write(&snapshot, &bytes[..bytes.len() / 2]).unwrap();
     let cold = Replica::spawn(&["--snapshot", &snapshot_arg]);
-    eventually("the cold start is printed", || async {
+    eventually(WAIT, "the cold start is printed", || async {
         cold.printed("cold start").is_some()
     })
     .await;

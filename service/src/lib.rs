@@ -21,6 +21,7 @@ pub mod loopback_client;
 pub mod membership;
 pub mod msgpack_batch;
 pub mod partition;
+pub mod polling;
 pub mod prompt;
 pub mod queries;
 pub mod replica;

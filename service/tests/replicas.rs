@@ -9,6 +9,7 @@ use common::*;
 use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
 use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
 use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::polling::eventually;
 use kv_router_service::replica::warm_start::{StartKind, warm_start};
 use kv_router_service::replica::wire::REPLICA_TOPIC;
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
@@ -16,6 +17,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+
+/// How long a background effect may take before the test fails.
+const WAIT: Duration = Duration::from_secs(10);
 
 const BLOCK: usize = 16;
 const ENGINES: u64 = 4;
@@ -59,21 +63,6 @@ async fn replica() -> Replica {
         .await
         .expect("booking sync on 127.0.0.1");
     Replica { service, sync }
-}
-
-/// Polls (at most 10 s) until `check` holds, then returns; panics with `what` otherwise.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..200 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what} did not happen within 10 s");
 }
 
 async fn get(address: std::net::SocketAddr, path: &str) -> Value {
@@ -146,7 +135,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         );
     }
     let all: Vec<&Replica> = replicas.iter().collect();
-    eventually("every subscription connects", || all_connected(&all)).await;
+    eventually(WAIT, "every subscription connects", || all_connected(&all)).await;
     // A subscription takes effect at the publisher shortly after the connection.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -235,7 +224,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         }
         same && first[0]["loads"].as_array().is_some_and(|l| !l.is_empty())
     };
-    eventually("every replica's /loads agree", loads_agree).await;
+    eventually(WAIT, "every replica's /loads agree", loads_agree).await;
     let loads = get(addresses[0], "/loads").await;
     let requests: u64 = loads[0]["loads"]
         .as_array()
@@ -266,7 +255,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         expect_status(&added, 201);
     }
     let sync = &replicas[0].sync;
-    eventually("the garbage peer connects", || async {
+    eventually(WAIT, "the garbage peer connects", || async {
         sync.peers()
             .statuses()
             .iter()
@@ -288,7 +277,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         .unwrap();
         garbage.send(message).await.unwrap();
     }
-    eventually("the garbage is counted", || async {
+    eventually(WAIT, "the garbage is counted", || async {
         sync.stats()
             .garbage
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -300,7 +289,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         metrics.contains("kv_router_replica_garbage_total 3"),
         "{metrics}"
     );
-    eventually("loads still agree", loads_agree).await;
+    eventually(WAIT, "loads still agree", loads_agree).await;
     let removed = clients[0]
         .send(
             "DELETE",
@@ -340,7 +329,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
             200,
         );
     }
-    eventually("every replica's load returns to zero", || async {
+    eventually(WAIT, "every replica's load returns to zero", || async {
         let mut zero = true;
         for address in &addresses {
             let loads = get(*address, "/loads").await;
