@@ -73,15 +73,7 @@ async fn overlaps(service: &TestService, prompt: &[u32]) -> Vec<u64> {
 async fn the_dump_rebuilds_every_workers_overlap_through_a_snapshot_and_a_peer() {
     let source = start(DEFAULT_YAML).await;
     let mut client = source.client().await;
-    for worker in 1..=4 {
-        expect_status(
-            &client
-                .post_json("/workers", &worker_body(worker))
-                .await
-                .expect("register"),
-            201,
-        );
-    }
+    register_workers(&mut client, 1..=4).await;
     let trunk = tokens(8 * BLOCK, 1);
     let mut branch = trunk[..4 * BLOCK].to_vec();
     branch.extend(tokens(4 * BLOCK, 2));

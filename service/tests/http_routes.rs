@@ -370,15 +370,7 @@ async fn select_then_reserve_and_explicit_reservations() {
 async fn pinned_and_allowed_workers_are_honoured_or_refused() {
     let service = start(DEFAULT_YAML).await;
     let mut client = service.client().await;
-    for id in [1, 2] {
-        expect_status(
-            &client
-                .post_json("/workers", &worker_body(id))
-                .await
-                .expect("register"),
-            201,
-        );
-    }
+    register_workers(&mut client, [1, 2]).await;
     let prompt = tokens(32, 1);
     let mut pinned = booking("p1", &prompt);
     pinned["pinned_worker"] = json!({"worker_id": 2, "dp_rank": 0});
@@ -530,15 +522,7 @@ async fn overlap_scores_and_metrics() {
         unready.json(),
         json!({"error": "no schedulable workers are available"})
     );
-    for id in [3, 1] {
-        expect_status(
-            &client
-                .post_json("/workers", &worker_body(id))
-                .await
-                .expect("register"),
-            201,
-        );
-    }
+    register_workers(&mut client, [3, 1]).await;
     let scores = client
         .post_json(
             "/overlap_scores",
