@@ -228,8 +228,9 @@ impl Router {
 
     /// The index as upstream `RouterEvent`s, as upstream's indexers dump it (see
     /// [`KvIndex::dump_events`](crate::kv::KvIndex::dump_events)): per worker, `stored` events of
-    /// local hashes chained through the worker's engine hashes, parents first. Applied to an
-    /// empty router with the same workers (or to upstream's radix trees), they rebuild every
+    /// local hashes chained through the worker's engine hashes, parents first, numbered from 0
+    /// across the dump. Restored into an empty router with the same workers
+    /// ([`Router::restore_events`]) or applied to upstream's radix trees, they rebuild every
     /// worker's overlap.
     pub fn export_events(&self) -> Vec<RouterEvent> {
         self.state.read().index.dump_events()
