@@ -18,9 +18,9 @@ use ours::kv::{
     LocalBlockHash as OurLocalHash, RouterEvent as OurEvent, SequenceHash,
 };
 use ours::router::WorkerId;
-use upstream::protocols::{LocalBlockHash, OverlapScores, RouterEvent, WorkerWithDpRank};
 use upstream::RadixTree;
 use upstream::indexer::SyncIndexer;
+use upstream::protocols::{LocalBlockHash, OverlapScores, RouterEvent, WorkerWithDpRank};
 
 /// Worker ids start here; workload worker `w` is rank `(BASE + w / 2, w % 2)`.
 const BASE: u64 = 5000;
