@@ -27,6 +27,7 @@ pub mod prompt;
 pub mod queries;
 pub mod replica;
 pub mod reservations;
+pub mod resubscription;
 pub mod selection;
 pub mod selection_answer;
 pub mod selection_request;
