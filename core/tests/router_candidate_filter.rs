@@ -10,10 +10,11 @@ use dynamo_kv_router::router::{
 };
 use router_fixtures::*;
 
-fn kv_router() -> Router {
+/// A router in `mode` with aggregated workers 1, 2 and 3 choosing the longest prefix.
+fn router_in(mode: RouterMode) -> Router {
     let router = Router::new(
         setup(
-            RouterMode::Kv,
+            mode,
             vec![(
                 Role::Aggregated,
                 role_policies("longest", LongestPrefix, vec![]),
@@ -25,6 +26,10 @@ fn kv_router() -> Router {
         assert!(router.register_worker(plain(id, Role::Aggregated)).is_ok());
     }
     router
+}
+
+fn kv_router() -> Router {
+    router_in(RouterMode::Kv)
 }
 
 #[test]
@@ -93,19 +98,7 @@ fn blind_modes_choose_among_allowed_workers() {
         RouterMode::Random,
         RouterMode::LeastLoaded,
     ] {
-        let router = Router::new(
-            setup(
-                mode,
-                vec![(
-                    Role::Aggregated,
-                    role_policies("longest", LongestPrefix, vec![]),
-                )],
-            ),
-            RouterOptions::default(),
-        );
-        for id in 1..=3 {
-            assert!(router.register_worker(plain(id, Role::Aggregated)).is_ok());
-        }
+        let router = router_in(mode);
         for n in 0..6 {
             let request = request(&format!("r{n}"), Role::Aggregated, tokens(8, n))
                 .with_allowed_workers(CandidateFilter::new([2]));

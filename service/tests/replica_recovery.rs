@@ -6,13 +6,10 @@
 mod common;
 
 use common::*;
-use dynamo_kv_router::kv::{EngineBlockHash, KvCacheEventData, RouterEvent};
-use dynamo_kv_router::kv::{block_hashes, sequence_hashes};
 use dynamo_kv_router::router::WorkerId;
 use kv_router_service::polling::eventually;
 use kv_router_service::replica::warm_start::{DEFAULT_MAX_DUMP_BYTES, StartKind, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
-use kv_router_service::worker_record::PartitionKey;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,19 +130,7 @@ async fn a_peer_restarted_on_the_same_endpoint_is_followed_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_dump_over_the_limit_is_refused_and_the_replica_starts_cold() {
     let peer = service_with_worker().await;
-    let key = PartitionKey {
-        model_name: "m".to_owned(),
-        routing_group: "default".to_owned(),
-    };
-    let partition = peer.service.partition(&key).expect("partition m");
-    let prompt = tokens(64, 3);
-    let local = block_hashes(&prompt, 16);
-    let seqs = sequence_hashes(&local);
-    let blocks = (0..4).map(|i| (EngineBlockHash(seqs[i].0 ^ 0xE0), local[i]));
-    let stored = KvCacheEventData::stored(None, blocks);
-    let _ = partition
-        .router
-        .apply_event(&RouterEvent::new(WorkerId::new(1, 0), 0, stored));
+    cache_blocks(&peer, WorkerId::new(1, 0), &tokens(64, 3), 4);
     let peers = [format!("http://{}", peer.address)];
 
     let late = start(DEFAULT_YAML).await;

@@ -6,28 +6,11 @@
 mod common;
 
 use common::*;
-use dynamo_kv_router::kv::{EngineBlockHash, SequenceHash};
-use dynamo_kv_router::kv::{KvCacheEventData, RouterEvent, block_hashes, sequence_hashes};
 use dynamo_kv_router::router::WorkerId;
-use kv_router_service::worker_record::PartitionKey;
 use serde_json::{Value, json};
 
 fn booking(id: &str, prompt: &[u32]) -> Value {
     json!({"model_name": "m", "routing_group": "default", "selection_id": id, "token_ids": prompt})
-}
-
-/// Puts the first `blocks` blocks of `prompt` in `worker`'s cache, as its engine would report.
-fn cache(service: &TestService, worker: WorkerId, prompt: &[u32], blocks: usize) {
-    let key = PartitionKey {
-        model_name: "m".to_owned(),
-        routing_group: "default".to_owned(),
-    };
-    let partition = service.service.partition(&key).expect("partition m");
-    let local = block_hashes(prompt, 16);
-    let seqs: Vec<SequenceHash> = sequence_hashes(&local);
-    let stored = (0..blocks).map(|i| (EngineBlockHash(seqs[i].0 ^ 0xE0), local[i]));
-    let event = RouterEvent::new(worker, 0, KvCacheEventData::stored(None, stored));
-    let _ = partition.router.apply_event(&event);
 }
 
 async fn register(client: &mut kv_router_service::loopback_client::LoopbackClient, body: Value) {
@@ -60,8 +43,8 @@ async fn allowed_worker_ids_narrow_the_choice_and_pinned_workers_must_be_allowed
         register(&mut client, worker_body(id)).await;
     }
     let prompt = tokens(64, 5);
-    cache(&service, WorkerId::new(1, 0), &prompt, 4);
-    cache(&service, WorkerId::new(3, 0), &prompt, 2);
+    cache_blocks(&service, WorkerId::new(1, 0), &prompt, 4);
+    cache_blocks(&service, WorkerId::new(3, 0), &prompt, 2);
     assert_eq!(device_blocks(&mut client, &prompt, 1).await, 4);
 
     let unfiltered = client.post_json("/select", &booking("q", &prompt)).await;
@@ -142,8 +125,8 @@ async fn overlap_tiers_are_the_longest_device_match_of_any_rank_of_the_worker() 
     body["data_parallel_size"] = json!(2);
     register(&mut client, body).await;
     let prompt = tokens(80, 9);
-    cache(&service, WorkerId::new(4, 0), &prompt, 1);
-    cache(&service, WorkerId::new(4, 1), &prompt, 3);
+    cache_blocks(&service, WorkerId::new(4, 0), &prompt, 1);
+    cache_blocks(&service, WorkerId::new(4, 1), &prompt, 3);
 
     let mut pinned = booking("t1", &prompt);
     pinned["pinned_worker"] = json!({"worker_id": 4, "dp_rank": 0});
