@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(labels.len(), BookErrorReason::ALL.len());
         // The last variant sits at the end of `ALL`, so no variant is left out.
         assert_eq!(
-            BookErrorReason::NotRegistered.index(),
+            BookErrorReason::WorkerNotAllowed.index(),
             BookErrorReason::ALL.len() - 1
         );
     }
