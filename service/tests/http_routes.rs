@@ -367,67 +367,6 @@ async fn select_then_reserve_and_explicit_reservations() {
 }
 
 #[tokio::test]
-async fn pinned_and_allowed_workers_are_honoured_or_refused() {
-    let service = start(DEFAULT_YAML).await;
-    let mut client = service.client().await;
-    register_workers(&mut client, [1, 2]).await;
-    let prompt = tokens(32, 1);
-    let mut pinned = booking("p1", &prompt);
-    pinned["pinned_worker"] = json!({"worker_id": 2, "dp_rank": 0});
-    let answer = client
-        .post_json("/select_and_reserve", &pinned)
-        .await
-        .expect("book");
-    expect_status(&answer, 200);
-    assert_eq!(answer.json()["worker_id"], json!(2));
-
-    let mut absent = booking("p2", &prompt);
-    absent["pinned_worker"] = json!({"worker_id": 9});
-    let answer = client
-        .post_json("/select_and_reserve", &absent)
-        .await
-        .expect("book");
-    expect_status(&answer, 404);
-
-    let mut subset = booking("a1", &prompt);
-    subset["allowed_worker_ids"] = json!([1]);
-    let answer = client
-        .post_json("/select_and_reserve", &subset)
-        .await
-        .expect("book");
-    expect_status(&answer, 400);
-    assert!(
-        answer.json()["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("allowed_worker_ids"))
-    );
-
-    let mut all = booking("a2", &prompt);
-    all["allowed_worker_ids"] = json!([1, 2, 3]);
-    let answer = client
-        .post_json("/select_and_reserve", &all)
-        .await
-        .expect("book");
-    expect_status(&answer, 200);
-
-    let mut none = booking("a3", &prompt);
-    none["allowed_worker_ids"] = json!([]);
-    let answer = client
-        .post_json("/select_and_reserve", &none)
-        .await
-        .expect("book");
-    expect_status(&answer, 503);
-
-    let mut salted = booking("l1", &prompt);
-    salted["lora_name"] = json!("adapter");
-    let answer = client
-        .post_json("/select_and_reserve", &salted)
-        .await
-        .expect("book");
-    assert_ne!(answer.status, 500, "{}", answer.text());
-}
-
-#[tokio::test]
 async fn bad_bodies_are_refused_and_change_nothing() {
     let service = start(DEFAULT_YAML).await;
     let mut client = service.client().await;
