@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// its snapshot). The dump of 64 workers × 16,384 blocks is about 76 MB.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub peer_dump_max_mib: u64,
+    /// Seconds a `--peer http://…` may take to answer at warm start (`GET /workers` and its
+    /// `GET /dump`, bodies included) before the next peer is tried; a 64 × 16,384-block dump
+    /// takes a few seconds on a loaded machine.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub peer_timeout_secs: u64,
     /// Write the router's state here periodically and on shutdown, and start from it.
     #[arg(long, value_name = "PATH")]
     pub snapshot: Option<PathBuf>,

@@ -5,7 +5,7 @@
 use crate::command_error::CommandError;
 use crate::serve::ServeArgs;
 use kv_router_service::SelectionService;
-use kv_router_service::replica::warm_start::{StartKind, warm_start};
+use kv_router_service::replica::warm_start::{PeerLimits, StartKind, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
 use kv_router_service::snapshot::RouterState;
 use std::io::Write;
@@ -21,7 +21,7 @@ pub struct ReplicaSetup {
     http_peers: Vec<String>,
     snapshot: Option<PathBuf>,
     snapshot_interval: Duration,
-    max_dump_bytes: usize,
+    peer_limits: PeerLimits,
 }
 
 /// What runs while the service serves: the replica layer and the snapshot writer.
@@ -61,14 +61,22 @@ impl ReplicaSetup {
                 "--snapshot-interval must be at least 1 second".to_owned(),
             ));
         }
+        if args.peer_timeout_secs == 0 {
+            return Err(error(
+                "--peer-timeout-secs must be at least 1 second".to_owned(),
+            ));
+        }
         Ok(Self {
             sync_port: args.replica_sync_port,
             sync_peers,
             http_peers,
             snapshot: args.snapshot.clone(),
             snapshot_interval: Duration::from_secs(args.snapshot_interval),
-            max_dump_bytes: usize::try_from(args.peer_dump_max_mib.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX),
+            peer_limits: PeerLimits {
+                max_dump_bytes: usize::try_from(args.peer_dump_max_mib.saturating_mul(1 << 20))
+                    .unwrap_or(usize::MAX),
+                timeout: Duration::from_secs(args.peer_timeout_secs),
+            },
         })
     }
 
@@ -101,7 +109,7 @@ impl ReplicaSetup {
             sync.set_ready(false);
         }
         let spinner = spinner("warm start: asking the peers for their state");
-        let mut start = warm_start(service, &self.http_peers, self.max_dump_bytes).await;
+        let mut start = warm_start(service, &self.http_peers, self.peer_limits).await;
         if let (StartKind::Cold { .. }, Some(path)) = (&start, &self.snapshot) {
             spinner.set_message(format!("warm start: loading {}", path.display()));
             start = load_snapshot(service, path, &start, out)?;

@@ -1,6 +1,8 @@
 //! Index memory per (worker, block) membership, measured with a counting global allocator at
 //! over a million memberships: 64 workers with shared prefixes (the common case), the same with
-//! per-worker engine ids (the override maps), and no sharing at all (the worst case).
+//! per-worker engine ids (the override maps), and no sharing at all (the worst case). Each
+//! scenario is measured twice: the routing index (`KvIndex::new`, no lineage) and the
+//! dumpable index (`KvIndex::with_lineage`, what the service builds).
 //! Run with `cargo bench -p dynamo-kv-router --bench index_memory`; it prints a table.
 
 mod workload;
@@ -64,9 +66,14 @@ fn measure(
     plan: &[Vec<(usize, usize)>],
     chains: &[Chain],
     per_worker_engine_ids: bool,
+    lineage: bool,
 ) -> (usize, usize, usize) {
     let before = LIVE.load(Ordering::Relaxed);
-    let mut index = KvIndex::new();
+    let mut index = if lineage {
+        KvIndex::with_lineage()
+    } else {
+        KvIndex::new()
+    };
     for w in 0..plan.len() {
         index.add_worker(worker(w as u64));
     }
@@ -101,11 +108,17 @@ fn measure(
     result
 }
 
-fn report(name: &str, (bytes, memberships, distinct): (usize, usize, usize)) {
+/// Measures `plan` without and with lineage and prints one row.
+fn report(name: &str, plan: &[Vec<(usize, usize)>], chains: &[Chain], per_worker_ids: bool) {
+    let (bytes, memberships, distinct) = measure(plan, chains, per_worker_ids, false);
+    let (dumpable, _, _) = measure(plan, chains, per_worker_ids, true);
+    let per_member = |bytes: usize| bytes as f64 / memberships.max(1) as f64;
     println!(
-        "{name:<44} {memberships:>10} {distinct:>10} {:>12.1} {:>10.1}",
+        "{name:<44} {memberships:>10} {distinct:>10} {:>12.1} {:>10.1} {:>12.1} {:>10.1}",
         bytes as f64 / 1e6,
-        bytes as f64 / memberships.max(1) as f64
+        per_member(bytes),
+        dumpable as f64 / 1e6,
+        per_member(dumpable)
     );
 }
 
@@ -113,8 +126,8 @@ fn main() {
     let mut rng = Rng::seeded(99);
     let blocks = PROMPT_TOKENS / BLOCK_SIZE as usize;
     println!(
-        "{:<44} {:>10} {:>10} {:>12} {:>10}",
-        "scenario", "members", "blocks", "MB", "B/member"
+        "{:<44} {:>10} {:>10} {:>12} {:>10} {:>12} {:>10}",
+        "scenario", "members", "blocks", "MB", "B/member", "MB lineage", "B lineage"
     );
     // Shared prefixes: each of 64 workers caches 52 contexts of 512 blocks, to 30-100 % depth,
     // drawn from a cluster-wide pool; the smaller the pool, the more holders per block.
@@ -135,20 +148,16 @@ fn main() {
             .collect();
         report(
             &format!("64 workers, shared, pool of {pool} contexts"),
-            measure(&plan, &shared, false),
+            &plan,
+            &shared,
+            false,
         );
-        report(
-            "  same, per-worker engine ids",
-            measure(&plan, &shared, true),
-        );
+        report("  same, per-worker engine ids", &plan, &shared, true);
     }
     // No sharing: every worker caches its own 32 contexts fully (1,048,576 memberships).
     let unique = chains(64 * 32, blocks, &mut rng);
     let plan: Vec<Vec<(usize, usize)>> = (0..WORKERS as usize)
         .map(|w| (0..32).map(|k| (w * 32 + k, blocks)).collect())
         .collect();
-    report(
-        "64 workers, no sharing (worst case)",
-        measure(&plan, &unique, false),
-    );
+    report("64 workers, no sharing (worst case)", &plan, &unique, false);
 }

@@ -309,7 +309,7 @@ fn resolve(model: &Model, worker: WorkerId, action: &Action) -> KvCacheEventData
 }
 
 fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
-    let mut index = KvIndex::new();
+    let mut index = KvIndex::with_lineage();
     let mut model = Model::default();
     // Filler workers push the real ones into higher slot groups when requested.
     for filler in 0..filler_workers {
@@ -479,7 +479,7 @@ fn all_paths(depth: usize) -> Vec<Vec<SequenceHash>> {
 /// The dump, read back from its JSON and restored into an empty index with the same workers,
 /// gives every worker the same prefix on every path and the same engine hashes along it.
 fn check_dump_rebuilds(index: &KvIndex, filler_workers: usize, all: &[WorkerId]) {
-    let events = index.dump_events();
+    let events = index.dump_events().expect("the index records lineage");
     let mut copy = KvIndex::new();
     for filler in 0..filler_workers {
         copy.add_worker(WorkerId::new(1_000_000 + filler as u64, 0));

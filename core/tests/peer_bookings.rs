@@ -90,14 +90,25 @@ fn a_peer_booking_of_an_unknown_worker_reserves_nothing() {
 
 #[test]
 fn restored_events_rebuild_the_index_and_leave_event_numbering_alone() {
-    let source = least_loaded_router(RouterOptions::default());
+    let source = least_loaded_router(RouterOptions {
+        index_lineage: true,
+        ..RouterOptions::default()
+    });
     let prompt = tokens(16, 3);
     source.apply_event(&stored(worker(1), 0, &prompt, 4));
     let copy = least_loaded_router(RouterOptions::default());
-    assert_eq!(copy.restore_events(&source.export_events()), 4);
+    assert_eq!(copy.restore_events(&source.export_events().unwrap()), 4);
     let hashes = sequence_hashes_for_tokens(&prompt, BLOCK_SIZE);
     assert_eq!(copy.cached_prefix(worker(1), &hashes), 4);
     // The engine's stream starts at its own numbering: its first event is not a duplicate.
     let state = copy.worker_index_state(worker(1)).unwrap();
     assert_eq!(state.last_event_id, None);
+}
+
+#[test]
+fn a_router_built_without_index_lineage_refuses_to_export() {
+    let router = least_loaded_router(RouterOptions::default());
+    router.apply_event(&stored(worker(1), 0, &tokens(16, 3), 4));
+    let error = router.export_events().unwrap_err();
+    assert!(error.to_string().contains("index_lineage: true"), "{error}");
 }

@@ -101,7 +101,7 @@ fn rebooking_a_request_in_a_role_replaces_its_reservation() {
 fn stale_bookings_expire_after_the_ttl() {
     let router = kv_router(RouterOptions {
         booking_ttl: Duration::from_millis(20),
-        seed: 0,
+        ..RouterOptions::default()
     });
     let _ = router
         .book(&request("old", Role::Decode, tokens(8, 0)))

@@ -25,7 +25,10 @@ fn hinting_router() -> Router {
                 ),
             )],
         ),
-        RouterOptions::default(),
+        RouterOptions {
+            index_lineage: true,
+            ..RouterOptions::default()
+        },
     );
     assert!(router.register_worker(hinting(1, Role::Aggregated)).is_ok());
     assert!(router.register_worker(hinting(2, Role::Aggregated)).is_ok());
@@ -115,7 +118,7 @@ fn exported_events_rebuild_the_same_lookups() {
     router.apply_event(&stored(worker(2), 0, &first, 2));
     router.apply_event(&stored_range(worker(2), 1, &second, 2..4));
     router.apply_event(&stored_range(worker(2), 2, &first, 2..3));
-    let events = router.export_events();
+    let events = router.export_events().expect("the router records lineage");
 
     // Upstream's form: one event per chain segment, local hashes as `tokens_hash`, chained
     // through the worker's engine hashes, ids counting from 0 across the dump.

@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use kv_router_service::SelectionService;
 use kv_router_service::ingress::NoIngress;
 use kv_router_service::loopback_client::LoopbackClient;
-use kv_router_service::replica::warm_start::{DEFAULT_MAX_DUMP_BYTES, warm_start};
+use kv_router_service::replica::warm_start::{PeerLimits, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
 use kv_router_service::serve::{BoundService, ServeOptions};
 use kv_router_service::snapshot::RouterState;
@@ -102,7 +102,7 @@ async fn warm_start_figures() {
         let kind = warm_start(
             &target,
             &[format!("http://{address}")],
-            DEFAULT_MAX_DUMP_BYTES,
+            PeerLimits::default(),
         )
         .await;
         println!(

@@ -2,6 +2,7 @@
 //! policies) at the block size its workers registered with.
 
 use crate::worker_record::PartitionKey;
+use dynamo_kv_router::kv::RouterEvent;
 use dynamo_kv_router::router::{Router, RouterOptions, RouterSetup};
 
 /// One partition's router.
@@ -17,7 +18,9 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// A partition running `setup` with `block_size`-token blocks, EAGLE or not.
+    /// A partition running `setup` with `block_size`-token blocks, EAGLE or not. Its router
+    /// is always built with index lineage, whatever `options` say: the service dumps its
+    /// indexes (`GET /dump`, snapshots, warm starts of peers).
     pub fn new(
         key: PartitionKey,
         mut setup: RouterSetup,
@@ -30,7 +33,21 @@ impl Partition {
             key,
             block_size,
             eagle,
-            router: Router::new(setup, options),
+            router: Router::new(
+                setup,
+                RouterOptions {
+                    index_lineage: true,
+                    ..options
+                },
+            ),
         }
+    }
+
+    /// The partition's index in upstream's dump form (see `Router::export_events`).
+    pub fn dump_events(&self) -> Vec<RouterEvent> {
+        // `new` builds every partition router with lineage, so its dump cannot fail.
+        self.router
+            .export_events()
+            .unwrap_or_else(|error| unreachable!("partition {}: {error}", self.key))
     }
 }

@@ -164,7 +164,7 @@ impl SelectionService {
                 ),
                 serde_json::json!({
                     "block_size": partition.block_size,
-                    "events": partition.router.export_events(),
+                    "events": partition.dump_events(),
                 }),
             );
         }

@@ -103,7 +103,7 @@ impl RouterState {
                     ),
                     DumpEntry {
                         block_size: partition.block_size,
-                        events: partition.router.export_events(),
+                        events: partition.dump_events(),
                     },
                 )
             })

@@ -1,14 +1,15 @@
 //! A replica follows a peer that restarted on the same endpoint (the `zeromq` SUB socket never
 //! reconnects by itself: the subscription is re-created after a quiet period, which the peers'
 //! heartbeats keep from happening while they live); a warm start refuses a peer's answer over
-//! its size limit and starts cold. Loopback only, bounded in time.
+//! its size limit, or one slower than its timeout, and starts cold. Loopback only, bounded in
+//! time.
 
 mod common;
 
 use common::*;
 use dynamo_kv_router::router::WorkerId;
 use kv_router_service::polling::eventually;
-use kv_router_service::replica::warm_start::{DEFAULT_MAX_DUMP_BYTES, StartKind, warm_start};
+use kv_router_service::replica::warm_start::{PeerLimits, StartKind, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
 use serde_json::json;
 use std::sync::Arc;
@@ -134,7 +135,15 @@ async fn a_peer_dump_over_the_limit_is_refused_and_the_replica_starts_cold() {
     let peers = [format!("http://{}", peer.address)];
 
     let late = start(DEFAULT_YAML).await;
-    let start = warm_start(&late.service, &peers, 64).await;
+    let start = warm_start(
+        &late.service,
+        &peers,
+        PeerLimits {
+            max_dump_bytes: 64,
+            ..PeerLimits::default()
+        },
+    )
+    .await;
     let StartKind::Cold { reason } = &start else {
         panic!("expected a cold start, got {start}");
     };
@@ -144,9 +153,34 @@ async fn a_peer_dump_over_the_limit_is_refused_and_the_replica_starts_cold() {
     let workers = client.get("/workers").await.expect("workers").json();
     assert_eq!(workers, json!([]));
 
-    let start = warm_start(&late.service, &peers, DEFAULT_MAX_DUMP_BYTES).await;
+    let start = warm_start(&late.service, &peers, PeerLimits::default()).await;
     let StartKind::Warm { restored, .. } = &start else {
         panic!("expected a warm start, got {start}");
     };
     assert_eq!((restored.workers, restored.blocks), (1, 4));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_slower_than_the_timeout_is_given_up_on_naming_the_flag() {
+    // A "peer" that accepts the connection and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let peers = [format!("http://{}", silent.local_addr().expect("address"))];
+    let held = tokio::spawn(async move { silent.accept().await });
+
+    let late = start(DEFAULT_YAML).await;
+    let limits = PeerLimits {
+        timeout: Duration::from_millis(200),
+        ..PeerLimits::default()
+    };
+    let start = tokio::time::timeout(WAIT, warm_start(&late.service, &peers, limits))
+        .await
+        .expect("the warm start gives up within its timeout");
+    let StartKind::Cold { reason } = &start else {
+        panic!("expected a cold start, got {start}");
+    };
+    assert!(reason.contains("no answer within 200ms"), "{reason}");
+    assert!(reason.contains("--peer-timeout-secs"), "{reason}");
+    held.abort();
 }

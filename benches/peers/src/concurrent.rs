@@ -117,7 +117,14 @@ pub fn our_router(workload: &Workload) -> Router {
         Ok(setup) => setup,
         Err(error) => panic!("{}", error.render(&source.text)),
     };
-    let router = Router::new(setup, RouterOptions::default());
+    // With index lineage, as the service builds it (upstream's indexers can dump too).
+    let router = Router::new(
+        setup,
+        RouterOptions {
+            index_lineage: true,
+            ..RouterOptions::default()
+        },
+    );
     for w in 0..workload.workers {
         let info = WorkerInfo::new(
             WorkerId::new(1000 + u64::from(w), 0),

@@ -115,14 +115,16 @@ impl DumpCheck {
 /// every worker's depth for every query of the workload (against the final state).
 pub fn check(workload: &Workload, ids: EngineIds) -> DumpCheck {
     let workers: Vec<WorkerId> = (0..workload.workers).map(rank).collect();
-    let mut index = KvIndex::new();
+    let mut index = KvIndex::with_lineage();
     for worker in &workers {
         index.add_worker(*worker);
     }
     for event in &workload.events {
         let _ = index.apply(&our_event(event, ids));
     }
-    let dump = index.dump_events();
+    let dump = index
+        .dump_events()
+        .expect("an index built with lineage dumps");
     let json: Vec<String> = dump.iter().map(OurEvent::to_json).collect();
     let upstream_events: Vec<RouterEvent> = json
         .iter()

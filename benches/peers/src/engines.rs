@@ -65,7 +65,9 @@ impl Ours {
         let workers: Vec<WorkerId> = (0..workers)
             .map(|w| WorkerId::new(WORKER_BASE + u64::from(w), 0))
             .collect();
-        let mut index = KvIndex::new();
+        // With lineage, as the service builds it: upstream's indexers can dump, so ours must
+        // pay for dumping too for a fair comparison.
+        let mut index = KvIndex::with_lineage();
         for worker in &workers {
             index.add_worker(*worker);
         }

@@ -27,6 +27,12 @@ impl<T: Copy + Default> ChunkedSlab<T> {
         self.len
     }
 
+    /// Entries the allocated chunks hold.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.chunks.len() * CHUNK
+    }
+
     /// Makes room for `additional` more entries.
     pub(crate) fn reserve(&mut self, additional: usize) {
         let needed = (self.len + additional).div_ceil(CHUNK);

@@ -39,7 +39,9 @@ pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::SequenceHash;
-use crate::kv::{KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request};
+use crate::kv::{
+    DumpError, IndexOptions, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
+};
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
@@ -72,6 +74,10 @@ pub struct RouterOptions {
     pub booking_ttl: Duration,
     /// Seed of the `random` router mode.
     pub seed: u64,
+    /// Build the KV index with lineage (12 bytes per distinct block), which
+    /// [`Router::export_events`] needs; off by default, as routing does not need it. The
+    /// service, which serves dumps, snapshots and warm starts, always turns it on.
+    pub index_lineage: bool,
 }
 
 impl Default for RouterOptions {
@@ -79,6 +85,7 @@ impl Default for RouterOptions {
         Self {
             booking_ttl: Duration::from_secs(600),
             seed: 0,
+            index_lineage: false,
         }
     }
 }
@@ -101,7 +108,6 @@ pub enum RouterError {
 }
 
 /// What bookings read and events write.
-#[derive(Default)]
 struct RouterState {
     workers: Workers,
     index: KvIndex,
@@ -135,7 +141,13 @@ impl Router {
         Router {
             setup,
             options,
-            state: StateLock::new(RouterState::default()),
+            state: StateLock::new(RouterState {
+                workers: Workers::default(),
+                index: KvIndex::with_options(IndexOptions {
+                    lineage: options.index_lineage,
+                    ..IndexOptions::default()
+                }),
+            }),
             ledger: Mutex::new(LoadLedger::default()),
             peer_ledger: Mutex::new(LoadLedger::default()),
             peer_expired: std::sync::atomic::AtomicU64::new(0),
@@ -239,8 +251,9 @@ impl Router {
     /// local hashes chained through the worker's engine hashes, parents first, numbered from 0
     /// across the dump. Restored into an empty router with the same workers
     /// ([`Router::restore_events`]) or applied to upstream's radix trees, they rebuild every
-    /// worker's overlap.
-    pub fn export_events(&self) -> Vec<RouterEvent> {
+    /// worker's overlap. Fails unless the router was built with
+    /// [`RouterOptions::index_lineage`].
+    pub fn export_events(&self) -> Result<Vec<RouterEvent>, DumpError> {
         self.state.read().index.dump_events()
     }
 

@@ -6,8 +6,10 @@ use crate::selection_service::SelectionService;
 use crate::snapshot::{Restored, RouterState};
 use std::time::{Duration, Instant};
 
-/// How long one peer may take to answer both requests.
-pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one peer may take, by default, to answer both requests, bodies included (the
+/// `--peer-timeout-secs` flag changes it; parsing and applying the state are not bounded). A 64 × 16,384-block warm start
+/// took 3.3–5.8 s on a loaded 2-core machine (BENCHMARKS.md), so this leaves ample room.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The largest answer body a warm start accepts from a peer, by default (1 GiB; the
 /// `--peer-dump-max-mib` flag changes it). The dump of 64 workers × 16,384 cached blocks is
@@ -17,6 +19,25 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// a router at all. A larger answer is refused before it is read and the replica starts cold
 /// (or from its snapshot), saying so.
 pub const DEFAULT_MAX_DUMP_BYTES: usize = 1 << 30;
+
+/// What a warm start accepts from one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// The largest answer body ([`DEFAULT_MAX_DUMP_BYTES`] by default).
+    pub max_dump_bytes: usize,
+    /// How long the peer may take to answer both requests
+    /// ([`DEFAULT_PEER_TIMEOUT`] by default).
+    pub timeout: Duration,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        Self {
+            max_dump_bytes: DEFAULT_MAX_DUMP_BYTES,
+            timeout: DEFAULT_PEER_TIMEOUT,
+        }
+    }
+}
 
 /// How the replica started.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,12 +78,13 @@ impl std::fmt::Display for StartKind {
 }
 
 /// Asks each of `peers` (HTTP addresses, `host:port` or `http://host:port`) in turn for its
-/// state and applies the first one received; an answer larger than `max_dump_bytes` is
-/// refused (that peer counts as not answering).
+/// state and applies the first one received; an answer larger than `limits.max_dump_bytes`
+/// is refused, and a peer not done within `limits.timeout` given up on (either counts as not
+/// answering).
 pub async fn warm_start(
     service: &SelectionService,
     peers: &[String],
-    max_dump_bytes: usize,
+    limits: PeerLimits,
 ) -> StartKind {
     if peers.is_empty() {
         return StartKind::Cold {
@@ -72,7 +94,8 @@ pub async fn warm_start(
     let mut failures = Vec::new();
     for peer in peers {
         let started = Instant::now();
-        let fetched = tokio::time::timeout(PEER_TIMEOUT, fetch_state(peer, max_dump_bytes)).await;
+        let fetched =
+            tokio::time::timeout(limits.timeout, fetch_state(peer, limits.max_dump_bytes)).await;
         let state = match fetched {
             Ok(Ok(state)) => state,
             Ok(Err(error)) => {
@@ -80,7 +103,10 @@ pub async fn warm_start(
                 continue;
             }
             Err(_) => {
-                failures.push(format!("{peer}: no answer within {PEER_TIMEOUT:?}"));
+                failures.push(format!(
+                    "{peer}: no answer within {:?}; raise --peer-timeout-secs to wait longer",
+                    limits.timeout
+                ));
                 continue;
             }
         };

@@ -10,6 +10,10 @@
 //! is the block whose sequence hash, chained with the child's local hash, gives the child's.
 //! A root block is recognised by its sequence hash being its local hash. 12 bytes per distinct
 //! block, in a slab parallel to the block slab.
+//!
+//! Only an index built to be dumped records lineage ([`KvIndex::with_lineage`]): a routing
+//! index never dumps, so it skips the 12 bytes per block (the store path pays one predictable
+//! branch) and its dump answers [`DumpError::NoLineage`](super::DumpError::NoLineage).
 
 use super::KvIndex;
 use crate::block_identity::{LocalBlockHash, SequenceHash};
@@ -25,10 +29,11 @@ const TAG_SHIFT: u32 = 32;
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry([u32; 3]);
 
-/// Lineage entries, indexed like the block slab.
+/// Lineage entries, indexed like the block slab; empty unless `enabled`.
 #[derive(Default)]
 pub(super) struct BlockLineage {
     entries: ChunkedSlab<Entry>,
+    enabled: bool,
 }
 
 /// What a store knows of the block it stores: its local hash and its parent's sequence hash
@@ -62,14 +67,32 @@ pub(super) enum Parent {
 }
 
 impl BlockLineage {
-    /// Makes room for `additional` more entries.
-    pub(super) fn reserve(&mut self, additional: usize) {
-        self.entries.reserve(additional);
+    /// Lineage that records (`enabled`) or stays empty, with room for `capacity` entries.
+    pub(super) fn new(enabled: bool, capacity: usize) -> Self {
+        let mut entries = ChunkedSlab::default();
+        if enabled {
+            entries.reserve(capacity);
+        }
+        Self { entries, enabled }
     }
 
-    /// Records the lineage of the block just allocated at slab index `block`.
+    /// Whether lineage is recorded.
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Entries allocated (always 0 when not enabled).
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    /// Records the lineage of the block just allocated at slab index `block`, if enabled.
     #[inline]
     pub(super) fn record(&mut self, block: u32, origin: Origin) {
+        if !self.enabled {
+            return;
+        }
         let Origin { local, parent } = origin;
         let tag = parent.map_or(0, |seq| (key_hash(seq) >> TAG_SHIFT) as u32);
         let entry = Entry([local as u32, (local >> 32) as u32, tag]);
@@ -86,7 +109,9 @@ impl BlockLineage {
 
     /// Forgets the last entry (the block slab dropped its last entry).
     pub(super) fn pop(&mut self) {
-        self.entries.pop();
+        if self.enabled {
+            self.entries.pop();
+        }
     }
 
     /// The local hash recorded for `block`.
@@ -118,5 +143,44 @@ impl KvIndex {
                 next_sequence_hash(Some(parent), LocalBlockHash(local)).0 == seq
             })
             .map_or(Parent::Gone, Parent::Block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DumpError, KvIndex};
+    use crate::block_identity::{EngineBlockHash, LocalBlockHash};
+    use crate::identity::WorkerId;
+    use crate::kv::event::{KvCacheEventData, RouterEvent};
+
+    /// `index` after worker 1 stores a chain of 1,000 blocks.
+    fn stored(mut index: KvIndex) -> KvIndex {
+        let worker = WorkerId::new(1, 0);
+        index.add_worker(worker);
+        let blocks = (0..1_000u64).map(|n| (EngineBlockHash(n + 1), LocalBlockHash(n * 31 + 7)));
+        let event = RouterEvent::new(worker, 0, KvCacheEventData::stored(None, blocks));
+        index.apply(&event);
+        assert_eq!(index.memberships(), 1_000);
+        index
+    }
+
+    #[test]
+    fn without_lineage_nothing_is_allocated_and_the_dump_says_how_to_enable_it() {
+        for index in [KvIndex::new(), KvIndex::with_capacity(10_000)] {
+            let index = stored(index);
+            assert!(!index.records_lineage());
+            assert_eq!(index.lineage.capacity(), 0);
+            let error = index.dump_events().unwrap_err();
+            assert_eq!(error, DumpError::NoLineage);
+            assert!(error.to_string().contains("KvIndex::with_lineage()"));
+        }
+    }
+
+    #[test]
+    fn with_lineage_every_block_is_recorded_and_dumped() {
+        let index = stored(KvIndex::with_lineage());
+        assert!(index.lineage.capacity() >= 1_000);
+        let events = index.dump_events().unwrap();
+        assert_eq!(events.len(), 1, "one chain, one event: {events:?}");
     }
 }

@@ -31,10 +31,25 @@ use crate::kv::index_hasher::U64Map;
 /// The parent key of root blocks in a worker's edge list.
 const ROOT: u32 = u32::MAX;
 
+/// Why the index could not be dumped.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DumpError {
+    /// The index does not record its blocks' lineage (local hashes and parents), without
+    /// which the dump's events cannot be written.
+    #[error(
+        "the KV index was built without block lineage, so it cannot be dumped; build it with `KvIndex::with_lineage()` (or `IndexOptions {{ lineage: true, .. }}`), or a router with `RouterOptions {{ index_lineage: true, .. }}`"
+    )]
+    NoLineage,
+}
+
 impl KvIndex {
     /// The index as upstream stored events (see the module docs): workers that use canonical
-    /// engine hashes first, each group sorted by worker rank.
-    pub fn dump_events(&self) -> Vec<RouterEvent> {
+    /// engine hashes first, each group sorted by worker rank. Fails when the index was built
+    /// without lineage ([`KvIndex::with_lineage`]).
+    pub fn dump_events(&self) -> Result<Vec<RouterEvent>, DumpError> {
+        if !self.records_lineage() {
+            return Err(DumpError::NoLineage);
+        }
         let mut workers: Vec<(bool, WorkerId, u32)> = self
             .by_worker
             .iter()
@@ -48,7 +63,7 @@ impl KvIndex {
         for (_, worker, slot) in workers {
             dump.worker(self, worker, slot);
         }
-        dump.events
+        Ok(dump.events)
     }
 }
 

@@ -10,6 +10,8 @@
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
 //!   find their block;
 //! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
+//! - `lineage`, only in an index built to be dumped ([`KvIndex::with_lineage`]): each block's
+//!   local hash and parent tag, 12 bytes per distinct block;
 //! - *overrides*: one 16-byte record per membership whose engine hash is not the canonical one
 //!   (engines that hash differently, or reuse ids), indexed by (block, slot) and by
 //!   (engine hash, slot); empty when workers agree.
@@ -44,6 +46,7 @@ use std::collections::HashMap;
 use workers::SlotState;
 
 pub use counters::IndexCounters;
+pub use dump::DumpError;
 pub use overlap::RecordedEngines;
 pub use workers::{ReplayRequest, WorkerIndexState};
 
@@ -54,7 +57,8 @@ const GROUP: usize = 64;
 #[derive(Default)]
 pub struct KvIndex {
     blocks: ChunkedSlab<Block>,
-    /// Each slab entry's local hash and parent (see `block_lineage`), for the dump.
+    /// Each slab entry's local hash and parent (see `block_lineage`), for the dump; empty
+    /// unless the index was built with lineage.
     lineage: BlockLineage,
     free: Vec<u32>,
     by_seq: BlockTable,
@@ -75,24 +79,54 @@ pub struct KvIndex {
     store_seqs: Vec<u64>,
 }
 
+/// How to build a [`KvIndex`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexOptions {
+    /// Distinct blocks to make room for up front.
+    pub capacity: usize,
+    /// Record each block's lineage (local hash and parent, 12 bytes per distinct block), which
+    /// [`KvIndex::dump_events`] needs; without it the index routes but cannot be dumped.
+    pub lineage: bool,
+}
+
 impl KvIndex {
-    /// An empty index with no workers.
+    /// An empty index with no workers, without lineage (it routes but cannot be dumped).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// An empty index sized for `blocks` distinct blocks.
+    /// An empty index that records lineage, so that [`KvIndex::dump_events`] works.
+    pub fn with_lineage() -> Self {
+        Self::with_options(IndexOptions {
+            lineage: true,
+            ..IndexOptions::default()
+        })
+    }
+
+    /// An empty index sized for `blocks` distinct blocks, without lineage.
     pub fn with_capacity(blocks: usize) -> Self {
+        Self::with_options(IndexOptions {
+            capacity: blocks,
+            lineage: false,
+        })
+    }
+
+    /// An empty index built as `options` says.
+    pub fn with_options(options: IndexOptions) -> Self {
+        let IndexOptions { capacity, lineage } = options;
         let mut slab = ChunkedSlab::default();
-        slab.reserve(blocks);
-        let mut lineage = BlockLineage::default();
-        lineage.reserve(blocks);
+        slab.reserve(capacity);
         Self {
             blocks: slab,
-            lineage,
-            by_seq: BlockTable::with_capacity(blocks),
-            by_engine: BlockTable::with_capacity(blocks),
+            lineage: BlockLineage::new(lineage, capacity),
+            by_seq: BlockTable::with_capacity(capacity),
+            by_engine: BlockTable::with_capacity(capacity),
             ..Self::default()
         }
+    }
+
+    /// Whether the index records lineage (and so can be dumped).
+    pub fn records_lineage(&self) -> bool {
+        self.lineage.enabled()
     }
 }
