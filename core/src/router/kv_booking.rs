@@ -41,12 +41,15 @@ impl Router {
             engines,
             candidates,
         } = &mut *scratch;
+        // Hashing and the active chain's copy need no index state: done before the lock, so
+        // a booking holds it only for the pass, the policies and the reservation.
+        let hashes = hash_prompt(request, self.setup.block_size, hashes);
+        let chain = (mode == BookingMode::Book && !hashes.is_empty()).then(|| Arc::from(hashes));
         let state = self.state.read();
         let workers = state
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let hashes = hash_prompt(request, self.setup.block_size, hashes);
         let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
         let candidates = candidates.refresh(workers, overlaps.cached_blocks(), hashes);
         let view = self.request_view(request, hashes, candidates, &overlaps);
@@ -61,7 +64,7 @@ impl Router {
             drop(state);
             return Ok(envelope(request, selection, None, stats, start));
         }
-        self.reserve_booked(request, &booked, hashes, start);
+        self.reserve_booked(request, &booked, chain, start);
         let actions = self.gate_hints(booked.entry, view, &selection);
         drop(state);
         Ok(envelope(request, selection, actions, stats, start))
@@ -128,12 +131,12 @@ impl Router {
     }
 
     /// Stage 6: reserves the booked worker's load: the prefill its cache does not cover, and
-    /// the request's blocks while it is active.
+    /// the request's blocks (`chain`, its sequence hashes) while it is active.
     fn reserve_booked(
         &self,
         request: &RouteRequest,
         booked: &BookedCandidate<'_>,
-        sequence_hashes: &[SequenceHash],
+        chain: Option<Arc<[SequenceHash]>>,
         now: Instant,
     ) {
         let cached_tokens = booked
@@ -146,7 +149,7 @@ impl Router {
             booked.entry,
             prefill_tokens,
             ActiveChain {
-                hashes: (!sequence_hashes.is_empty()).then(|| Arc::from(sequence_hashes)),
+                hashes: chain,
                 untracked_blocks: 0,
             },
             now,

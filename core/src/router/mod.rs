@@ -6,12 +6,14 @@
 //!
 //! Concurrency: the worker registry and the KV index sit behind one `parking_lot::RwLock`.
 //! Bookings take it shared (many at once), for the few microseconds of the overlap pass, the
-//! selection and the hint policies, so every policy of a booking sees one consistent index;
+//! selection and the hint policies, so every policy of a booking sees one consistent index
+//! (the prompt is hashed before the lock is taken);
 //! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
 //! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
 //! is caught anyway) and it keeps writers from starving under a stream of bookings. A booking
-//! that finds an event applying spins briefly rather than parking, so it takes the lock in the
-//! gap before the next event instead of waiting out a stream of them (`state_lock.rs`). Loads are
+//! that finds an event applying spins briefly rather than parking, and an event lets waiting
+//! bookings in before it takes the lock, so a booking waits for about one event instead of a
+//! stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
