@@ -6,7 +6,7 @@ mod workload;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dynamo_kv_router::kv::{
-    KvIndex, SequenceHash, sequence_hashes_for_tokens, sequence_hashes_iter,
+    KvIndex, RecordedEngines, SequenceHash, sequence_hashes_for_tokens, sequence_hashes_iter,
 };
 use dynamo_kv_router::plugins::KvFetchPayload;
 use dynamo_kv_router::plugins::prelude::*;
@@ -199,7 +199,7 @@ fn bench_book(c: &mut Criterion) {
         // index pass that also records the canonical engine ids.
         let mut lengths = Vec::with_capacity(workers.len());
         let mut hashes = Vec::with_capacity(PROMPT_TOKENS / BLOCK_SIZE as usize);
-        let mut engines = Vec::with_capacity(PROMPT_TOKENS / BLOCK_SIZE as usize);
+        let mut engines = RecordedEngines::default();
         b.iter(|| {
             let tokens = &workload.requests[next % workload.requests.len()];
             next += 1;

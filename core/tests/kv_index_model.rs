@@ -5,7 +5,7 @@
 
 use dynamo_kv_router::kv::{
     EngineBlockHash, EventOutcome, IgnoreReason, KvCacheEventData, KvIndex, LocalBlockHash,
-    RouterEvent, SequenceHash, StorageTier, next_sequence_hash,
+    RecordedEngines, RouterEvent, SequenceHash, StorageTier, next_sequence_hash,
 };
 use dynamo_kv_router::plugins::BlockLookup;
 use dynamo_kv_router::router::WorkerId;
@@ -375,7 +375,8 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
             }
         }
         let mut out = Vec::new();
-        let (mut with_engines, mut engines, mut prefix) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut with_engines, mut engines, mut prefix) =
+            (Vec::new(), RecordedEngines::default(), Vec::new());
         for query in &queries {
             index.prefix_lengths(query, &all, &mut out);
             for (k, w) in all.iter().enumerate() {
@@ -406,7 +407,10 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
                 pulled <= (longest + 1).min(query.len()),
                 "pulled {pulled} for {longest}"
             );
-            assert_eq!(engines.len(), out.iter().copied().max().unwrap_or(0));
+            assert_eq!(
+                engines.hashes().len(),
+                out.iter().copied().max().unwrap_or(0)
+            );
             for (k, w) in all.iter().enumerate() {
                 let own: Option<Vec<EngineBlockHash>> = query[..out[k]]
                     .iter()
@@ -416,8 +420,8 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
                     index.engine_block_hashes(*w, 0, &query[..out[k]]),
                     own.clone()
                 );
-                if index.uses_canonical_engine_ids(*w) {
-                    assert_eq!(own.as_deref(), Some(&engines[..out[k]]), "worker {w}");
+                if let Some(recorded) = engines.own(k, 0..out[k]) {
+                    assert_eq!(own.as_deref(), Some(recorded), "worker {w}");
                 }
             }
         }

@@ -2,7 +2,8 @@
 //! overlaps, recorded engine ids and candidate list.
 
 use super::candidate_cache::CandidateCache;
-use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::block_identity::SequenceHash;
+use crate::kv::RecordedEngines;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 
@@ -16,8 +17,9 @@ pub(crate) struct BookingScratch {
     pub(crate) hashes: Vec<SequenceHash>,
     /// Each candidate's cached prefix length.
     pub(crate) lengths: Vec<usize>,
-    /// The canonical engine hash of each block below the longest cached prefix.
-    pub(crate) engines: Vec<EngineBlockHash>,
+    /// The canonical engine hash of each block below the longest cached prefix, and whether
+    /// they are each candidate's own.
+    pub(crate) engines: RecordedEngines,
     /// The candidates of the last booking on this thread.
     pub(crate) candidates: CandidateCache,
 }

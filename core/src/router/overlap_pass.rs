@@ -2,11 +2,12 @@
 //! candidate's cached prefix and records the canonical engine id of every block some candidate
 //! caches. Its result is also the booking's [`BlockLookup`]: it serves the request's engine
 //! block hashes from what the pass recorded (a slice copy), and asks the index only for
-//! workers that report their own engine ids or for blocks outside what the pass saw.
+//! workers that report their own engine ids or for blocks outside what the pass saw (the pass's
+//! [`RecordedEngines`] says which).
 
 use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::WorkerId;
-use crate::kv::KvIndex;
+use crate::kv::{KvIndex, RecordedEngines};
 use crate::plugins::BlockLookup;
 
 /// What one booking's overlap pass saw, with the index for everything else.
@@ -15,8 +16,9 @@ pub(crate) struct OverlapPass<'a> {
     pub(crate) index: &'a KvIndex,
     /// The request's sequence hashes.
     pub(crate) sequence_hashes: &'a [SequenceHash],
-    /// The canonical engine hash of each block below the longest cached prefix.
-    pub(crate) engines: &'a [EngineBlockHash],
+    /// The canonical engine hash of each block below the longest cached prefix, and whether
+    /// they are each candidate's own.
+    pub(crate) engines: &'a RecordedEngines,
     /// The candidates, sorted by id.
     pub(crate) workers: &'a [WorkerId],
     /// Each candidate's cached prefix length, in `workers` order.
@@ -31,7 +33,7 @@ impl<'a> OverlapPass<'a> {
         sequence_hashes: &'a [SequenceHash],
         workers: &'a [WorkerId],
         lengths: &'a mut Vec<usize>,
-        engines: &'a mut Vec<EngineBlockHash>,
+        engines: &'a mut RecordedEngines,
     ) -> Self {
         index.prefix_lengths_and_engines(sequence_hashes, workers, lengths, engines);
         OverlapPass {
@@ -50,7 +52,7 @@ impl<'a> OverlapPass<'a> {
 
     /// The recorded engine hashes of blocks `first..first + hashes.len()`, when they are
     /// `worker`'s own: the blocks are within its cached prefix, `hashes` are the request's, and
-    /// the worker holds every block under its canonical engine id.
+    /// the pass found that the worker holds every block under its canonical engine id.
     fn recorded(
         &self,
         worker: WorkerId,
@@ -66,10 +68,7 @@ impl<'a> OverlapPass<'a> {
         if !(std::ptr::eq(ours.as_ptr(), hashes.as_ptr()) || ours == hashes) {
             return None;
         }
-        if !self.index.uses_canonical_engine_ids(worker) {
-            return None;
-        }
-        self.engines.get(first..end)
+        self.engines.own(position, first..end)
     }
 }
 
@@ -138,10 +137,17 @@ mod tests {
         store(&mut index, 2, &[(100, 10), (901, 11), (902, 12)]);
         store(&mut index, 3, &[(100, 10), (101, 11)]);
         let workers = [worker(1), worker(2), worker(3)];
-        let (mut lengths, mut recorded) = (Vec::new(), Vec::new());
+        let (mut lengths, mut recorded) = (Vec::new(), RecordedEngines::default());
         let lookup = OverlapPass::run(&index, &seqs, &workers, &mut lengths, &mut recorded);
         assert_eq!(lookup.cached_blocks(), [4, 3, 2]);
-        assert_eq!(lookup.engines, engines(&[100, 101, 102, 103]));
+        assert_eq!(lookup.engines.hashes(), engines(&[100, 101, 102, 103]));
+        // Workers 1 and 3 hold their blocks under the canonical ids, worker 2 does not.
+        assert_eq!(
+            lookup.engines.own(0, 0..4),
+            Some(&engines(&[100, 101, 102, 103])[..])
+        );
+        assert_eq!(lookup.engines.own(1, 0..1), None);
+        assert_eq!(lookup.engines.own(2, 0..2), Some(&engines(&[100, 101])[..]));
         for w in &workers {
             for first in 0..=seqs.len() {
                 for end in first..=seqs.len() {

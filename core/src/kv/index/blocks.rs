@@ -1,0 +1,346 @@
+//! Block storage and membership: the slab entries, the tables that find them by sequence and
+//! engine hash, the override records of engine hashes that are not canonical, and the
+//! bookkeeping of which worker slot holds which block.
+
+use super::{GROUP, KvIndex};
+use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::identity::WorkerId;
+use crate::kv::block_table::key_hash;
+use crate::kv::index_hasher::mix;
+use crate::plugins::BlockLookup;
+
+/// One distinct block in the slab.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Block {
+    /// The block's sequence hash.
+    pub(super) seq: u64,
+    /// The engine hash the block was first reported with.
+    pub(super) engine: u64,
+    /// Holders among slots 0..63.
+    pub(super) holders: u64,
+}
+
+/// A membership whose engine hash is not its block's canonical one.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Override {
+    pub(super) engine: u64,
+    pub(super) block: u32,
+    pub(super) slot: u32,
+}
+
+impl KvIndex {
+    /// The blocks `worker` holds, in no particular order: each block's sequence hash and the
+    /// engine hash the worker reported for it. Empty for an unknown worker.
+    pub fn worker_blocks(&self, worker: WorkerId) -> Vec<(SequenceHash, EngineBlockHash)> {
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return Vec::new();
+        };
+        self.blocks
+            .iter()
+            .filter(|(index, _)| self.holds(slot, *index))
+            .filter_map(|(_, block)| {
+                let engine = self.engine_of(slot, block.seq)?;
+                Some((SequenceHash(block.seq), EngineBlockHash(engine)))
+            })
+            .collect()
+    }
+
+    /// (worker, block) memberships held.
+    pub fn memberships(&self) -> usize {
+        self.memberships
+    }
+
+    /// Distinct blocks held by at least one worker.
+    pub fn distinct_blocks(&self) -> usize {
+        self.by_seq.len()
+    }
+
+    /// The slab index of the block with sequence hash `seq`.
+    #[inline]
+    pub(super) fn find_block(&self, seq: u64) -> Option<u32> {
+        let blocks = &self.blocks;
+        self.by_seq
+            .find(key_hash(seq), |block| blocks.get(block).seq == seq)
+    }
+
+    /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
+    pub(super) fn canonical_block(&self, engine: u64) -> Option<u32> {
+        let blocks = &self.blocks;
+        self.by_engine
+            .find(key_hash(engine), |block| blocks.get(block).engine == engine)
+    }
+
+    pub(super) fn overflow_mask(&self, block: u32, group: u32) -> u64 {
+        self.overflow
+            .get(&overflow_key(block, group))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub(super) fn holds(&self, slot: u32, block: u32) -> bool {
+        let (group, bit) = split(slot);
+        let mask = if group == 0 {
+            self.blocks.get(block).holders
+        } else {
+            self.overflow_mask(block, group)
+        };
+        mask & bit != 0
+    }
+
+    /// The override record of `slot` for `block`.
+    fn override_of(&self, slot: u32, block: u32) -> Option<usize> {
+        let overrides = &self.overrides;
+        self.override_by_block
+            .find(pair_hash(u64::from(block), slot), |&i| {
+                let record = &overrides[i as usize];
+                record.block == block && record.slot == slot
+            })
+            .map(|i| *i as usize)
+    }
+
+    /// The override record of `slot` under engine hash `engine`.
+    fn override_of_engine(&self, slot: u32, engine: u64) -> Option<usize> {
+        let overrides = &self.overrides;
+        self.override_by_engine
+            .find(pair_hash(engine, slot), |&i| {
+                let record = &overrides[i as usize];
+                record.engine == engine && record.slot == slot
+            })
+            .map(|i| *i as usize)
+    }
+
+    /// The engine hash `slot` reported for `seq`, if it holds the block.
+    fn engine_of(&self, slot: u32, seq: u64) -> Option<u64> {
+        let block = self.find_block(seq)?;
+        if !self.holds(slot, block) {
+            return None;
+        }
+        let state = self.slot_state(slot)?;
+        if state.overrides > 0
+            && let Some(record) = self.override_of(slot, block)
+        {
+            return Some(self.overrides[record].engine);
+        }
+        Some(self.blocks.get(block).engine)
+    }
+
+    /// The block `slot` holds under engine hash `engine`, if any.
+    pub(super) fn block_of_engine(&self, slot: u32, engine: u64) -> Option<u32> {
+        let state = self.slot_state(slot)?;
+        if state.overrides > 0
+            && let Some(record) = self.override_of_engine(slot, engine)
+        {
+            return Some(self.overrides[record].block);
+        }
+        let block = self.canonical_block(engine)?;
+        (self.holds(slot, block)
+            && (state.overrides == 0 || self.override_of(slot, block).is_none()))
+        .then_some(block)
+    }
+
+    /// A new slab entry for `seq`, indexed by sequence hash.
+    pub(super) fn alloc_block(&mut self, seq: u64, engine: u64, holders: u64) -> u32 {
+        let entry = Block {
+            seq,
+            engine,
+            holders,
+        };
+        let index = match self.free.pop() {
+            Some(index) => {
+                *self.blocks.get_mut(index) = entry;
+                index
+            }
+            None => self.blocks.push(entry),
+        };
+        self.by_seq.insert(key_hash(seq), index);
+        index
+    }
+
+    /// Records `block` as the owner of its canonical engine hash unless another block owns it;
+    /// returns whether `block` owns it.
+    pub(super) fn claim_engine(&mut self, block: u32) -> bool {
+        let engine = self.blocks.get(block).engine;
+        match self.canonical_block(engine) {
+            Some(owner) => owner == block,
+            None => {
+                self.by_engine.insert(key_hash(engine), block);
+                // Every block `store` allocates starts out counted as unowned.
+                self.unowned -= 1;
+                true
+            }
+        }
+    }
+
+    /// Drops the slab entry `block` (held by no one) and its index entries.
+    fn free_block(&mut self, block: u32) {
+        let entry = *self.blocks.get(block);
+        self.by_seq.remove(key_hash(entry.seq), block);
+        let owned = self.by_engine.remove(key_hash(entry.engine), block);
+        if !owned {
+            self.unowned -= 1;
+        }
+        *self.blocks.get_mut(block) = Block::default();
+        if block as usize + 1 == self.blocks.len() {
+            self.blocks.pop();
+        } else {
+            self.free.push(block);
+        }
+    }
+
+    pub(super) fn add_override(&mut self, slot: u32, engine: u64, block: u32) {
+        let index = self.overrides.len() as u32;
+        self.overrides.push(Override {
+            engine,
+            block,
+            slot,
+        });
+        let overrides = &self.overrides;
+        self.override_by_block
+            .insert_unique(pair_hash(u64::from(block), slot), index, |&i| {
+                let record = &overrides[i as usize];
+                pair_hash(u64::from(record.block), record.slot)
+            });
+        self.override_by_engine
+            .insert_unique(pair_hash(engine, slot), index, |&i| {
+                let record = &overrides[i as usize];
+                pair_hash(record.engine, record.slot)
+            });
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.overrides += 1;
+        }
+    }
+
+    fn remove_override(&mut self, index: usize) {
+        let record = self.overrides[index];
+        let target = index as u32;
+        if let Ok(found) = self
+            .override_by_block
+            .find_entry(pair_hash(u64::from(record.block), record.slot), |&i| {
+                i == target
+            })
+        {
+            found.remove();
+        }
+        if let Ok(found) = self
+            .override_by_engine
+            .find_entry(pair_hash(record.engine, record.slot), |&i| i == target)
+        {
+            found.remove();
+        }
+        let last = (self.overrides.len() - 1) as u32;
+        if target != last {
+            let moved = self.overrides[last as usize];
+            if let Some(i) = self
+                .override_by_block
+                .find_mut(pair_hash(u64::from(moved.block), moved.slot), |&i| {
+                    i == last
+                })
+            {
+                *i = target;
+            }
+            if let Some(i) = self
+                .override_by_engine
+                .find_mut(pair_hash(moved.engine, moved.slot), |&i| i == last)
+            {
+                *i = target;
+            }
+        }
+        self.overrides.swap_remove(index);
+        if let Some(state) = self.slot_state_mut(record.slot) {
+            state.overrides = state.overrides.saturating_sub(1);
+        }
+    }
+
+    /// Drops `slot`'s membership of `block`; the caller checked that it holds it.
+    pub(super) fn remove_membership(&mut self, slot: u32, block: u32) {
+        let Some(state) = self.slot_state(slot) else {
+            return;
+        };
+        if state.overrides > 0
+            && let Some(record) = self.override_of(slot, block)
+        {
+            self.remove_override(record);
+        }
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks = state.blocks.saturating_sub(1);
+        }
+        self.memberships = self.memberships.saturating_sub(1);
+        let (group, bit) = split(slot);
+        let empty = if group == 0 {
+            let entry = self.blocks.get_mut(block);
+            entry.holders &= !bit;
+            entry.holders == 0
+        } else {
+            let key = overflow_key(block, group);
+            if let Some(mask) = self.overflow.get_mut(&key) {
+                *mask &= !bit;
+                if *mask == 0 {
+                    self.overflow.remove(&key);
+                }
+            }
+            self.blocks.get(block).holders == 0
+        };
+        if empty && !self.held_in_overflow(block) {
+            self.free_block(block);
+        }
+    }
+
+    fn held_in_overflow(&self, block: u32) -> bool {
+        if self.overflow.is_empty() {
+            return false;
+        }
+        let groups = self.slots.len().div_ceil(GROUP) as u32;
+        (1..groups).any(|group| self.overflow.contains_key(&overflow_key(block, group)))
+    }
+
+    /// Drops every block `slot` holds.
+    pub(super) fn clear_slot(&mut self, slot: u32) {
+        let (group, bit) = split(slot);
+        let held: Vec<u32> = if group == 0 {
+            self.blocks
+                .iter()
+                .filter(|(_, entry)| entry.holders & bit != 0)
+                .map(|(block, _)| block)
+                .collect()
+        } else {
+            self.overflow
+                .iter()
+                .filter(|(key, mask)| (**key as u32) == group && *mask & bit != 0)
+                .map(|(key, _)| (*key >> 32) as u32)
+                .collect()
+        };
+        for block in held {
+            self.remove_membership(slot, block);
+        }
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks = 0;
+        }
+    }
+}
+
+impl BlockLookup for KvIndex {
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
+        self.engine_of(*self.by_worker.get(&worker)?, sequence_hash.0)
+            .map(EngineBlockHash)
+    }
+}
+
+pub(super) fn split(slot: u32) -> (u32, u64) {
+    (slot / GROUP as u32, 1u64 << (slot % GROUP as u32))
+}
+
+pub(super) fn overflow_key(block: u32, group: u32) -> u64 {
+    (u64::from(block) << 32) | u64::from(group)
+}
+
+/// The hash of a (key, slot) pair of the override tables.
+fn pair_hash(key: u64, slot: u32) -> u64 {
+    mix(key
+        ^ u64::from(slot)
+            .wrapping_add(1)
+            .wrapping_mul(0xA24B_AED4_963E_E407))
+}

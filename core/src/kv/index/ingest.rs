@@ -1,0 +1,313 @@
+//! Event ingest: each event moves its worker's cursor (admission), and admitted events store,
+//! remove or clear blocks (application), with a fast path for stores that need no override.
+
+use super::KvIndex;
+use super::blocks::{overflow_key, split};
+use crate::block_identity::SequenceHash;
+use crate::identity::WorkerId;
+use crate::kv::block_table::key_hash;
+use crate::kv::event::{EventPlacement, KvCacheEventData, KvCacheStoreData, RouterEvent};
+use crate::kv::event_cursor::Admission;
+use crate::kv::event_outcome::{EventOutcome, IgnoreReason};
+use crate::kv::hashing::next_sequence_hash;
+
+/// How many blocks of a stored event ahead of the one being stored the table slots are
+/// prefetched.
+const STORE_AHEAD: usize = 4;
+
+impl KvIndex {
+    /// Applies one event, counting anomalies. Events of untracked workers change nothing;
+    /// an event that reveals lost events is not applied and the worker awaits a replay
+    /// ([`KvIndex::replay_request`]); replayed events are applied through this same method.
+    pub fn apply(&mut self, event: &RouterEvent) -> EventOutcome {
+        let outcome = match self.admit(event) {
+            Ok(()) => self.apply_admitted(event),
+            Err(outcome) => outcome,
+        };
+        self.count(outcome);
+        outcome
+    }
+
+    /// Applies events that arrived together, in order. Consecutive events of one worker that
+    /// share an `event_id` count as one numbered delivery (upstream numbers a whole engine
+    /// batch by its sequence number): the first decides whether they all apply.
+    pub fn apply_batch(&mut self, events: &[RouterEvent]) -> Vec<EventOutcome> {
+        let mut outcomes = Vec::with_capacity(events.len());
+        // The delivery being applied: its worker and id, and the cursor's verdict on it.
+        let mut delivery: Option<(WorkerId, u64, Result<(), EventOutcome>)> = None;
+        for event in events {
+            let key = (event.worker(), event.event_id());
+            let verdict = match delivery {
+                Some((worker, id, verdict)) if (worker, id) == key => verdict,
+                _ => self.admit(event),
+            };
+            delivery = Some((key.0, key.1, verdict));
+            let outcome = match verdict {
+                Ok(()) => self.apply_admitted(event),
+                Err(outcome) => outcome,
+            };
+            self.count(outcome);
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// Applies `event`'s blocks without consulting or moving the worker's event cursor: for
+    /// state copied from elsewhere (a peer replica's dump, a snapshot), whose event ids are not
+    /// positions in the engine's stream. The engine's own events, numbered as it numbers them,
+    /// then follow as if nothing had been applied.
+    pub fn restore(&mut self, event: &RouterEvent) -> EventOutcome {
+        let outcome = self.apply_admitted(event);
+        self.count(outcome);
+        outcome
+    }
+
+    /// Moves the worker's cursor for `event` (every event of its stream counts, whatever its
+    /// tier); `Err` is the outcome of an event that must not be applied.
+    fn admit(&mut self, event: &RouterEvent) -> Result<(), EventOutcome> {
+        let worker = event.worker();
+        let Some(&slot) = self.by_worker.get(&worker) else {
+            return Err(EventOutcome::Ignored(IgnoreReason::UnknownWorker));
+        };
+        let Some(state) = self.slot_state_mut(slot) else {
+            return Err(EventOutcome::Ignored(IgnoreReason::UnknownWorker));
+        };
+        let id = event.event_id();
+        let cleared = matches!(event.event.data, KvCacheEventData::Cleared)
+            && event.placement() == EventPlacement::Device;
+        let last = state.cursor.last();
+        let was_awaiting = state.cursor.awaiting();
+        let admission = state.cursor.admit(id, cleared);
+        let awaiting = state.cursor.awaiting();
+        self.note_awaiting_change(was_awaiting, awaiting);
+        match admission {
+            Admission::Apply { recovered } => {
+                if recovered {
+                    self.counters.recoveries += 1;
+                    tracing::info!(%worker, event_id = id, "KV events replayed; worker trusted again");
+                }
+            }
+            Admission::Restart => {
+                self.clear_slot(slot);
+                self.counters.restarts += 1;
+                tracing::info!(%worker, "KV event numbering restarted at 0: engine restart, cache cleared");
+            }
+            Admission::Duplicate => return Err(EventOutcome::Ignored(IgnoreReason::OutOfOrder)),
+            Admission::Gap => {
+                tracing::warn!(
+                    %worker,
+                    last_event_id = ?last,
+                    event_id = id,
+                    "KV events lost; the worker awaits a replay and is not trusted until then"
+                );
+                return Err(EventOutcome::Ignored(IgnoreReason::Gap));
+            }
+            Admission::Waiting => {
+                return Err(EventOutcome::Ignored(IgnoreReason::AwaitingRecovery));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies an event the worker's cursor admitted.
+    fn apply_admitted(&mut self, event: &RouterEvent) -> EventOutcome {
+        let Some(&slot) = self.by_worker.get(&event.worker()) else {
+            return EventOutcome::Ignored(IgnoreReason::UnknownWorker);
+        };
+        match event.placement() {
+            EventPlacement::Device => {}
+            EventPlacement::OtherTier => return EventOutcome::Ignored(IgnoreReason::NonDeviceTier),
+            EventPlacement::Unsupported => {
+                return EventOutcome::Ignored(IgnoreReason::UnsupportedResidency);
+            }
+        }
+        match &event.event.data {
+            KvCacheEventData::Cleared => {
+                self.clear_slot(slot);
+                self.counters.clears += 1;
+                EventOutcome::Applied
+            }
+            KvCacheEventData::Stored(store) => self.apply_stored(slot, event, store),
+            KvCacheEventData::Removed(remove) => {
+                let mut removed = 0u64;
+                for engine in &remove.block_hashes {
+                    match self.block_of_engine(slot, engine.0) {
+                        Some(block) => {
+                            self.remove_membership(slot, block);
+                            removed += 1;
+                        }
+                        None => self.counters.unknown_block_removals += 1,
+                    }
+                }
+                self.counters.removed_blocks += removed;
+                if removed == 0 && !remove.block_hashes.is_empty() {
+                    EventOutcome::Ignored(IgnoreReason::UnknownBlocks)
+                } else {
+                    EventOutcome::Applied
+                }
+            }
+        }
+    }
+
+    /// Stores blocks chained from their parent: each block's sequence hash is its local hash
+    /// chained onto the sequence hash of the block before it on this worker. A store whose
+    /// parent the worker does not hold, or that names its own parent among its blocks, is
+    /// rejected whole (as upstream does).
+    fn apply_stored(
+        &mut self,
+        slot: u32,
+        event: &RouterEvent,
+        store: &KvCacheStoreData,
+    ) -> EventOutcome {
+        let parent = match store.parent_hash {
+            None => None,
+            Some(parent) => {
+                if store.blocks.iter().any(|block| block.block_hash == parent) {
+                    tracing::warn!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store names its own parent; rejected");
+                    return EventOutcome::Ignored(IgnoreReason::InvalidBlockSequence);
+                }
+                match self.block_of_engine(slot, parent.0) {
+                    Some(block) => Some((block, SequenceHash(self.blocks.get(block).seq))),
+                    None => {
+                        self.counters.unknown_parents += 1;
+                        tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store of an unknown parent; rejected");
+                        return EventOutcome::Ignored(IgnoreReason::UnknownParent);
+                    }
+                }
+            }
+        };
+        let (group, _) = split(slot);
+        // Every sequence hash first (a chain of cheap hashes), so the table slots of a block
+        // some blocks ahead can be prefetched while this one is stored.
+        let mut seqs = std::mem::take(&mut self.store_seqs);
+        seqs.clear();
+        let mut chain = parent.map(|(_, seq)| seq);
+        seqs.extend(store.blocks.iter().map(|block| {
+            let seq = next_sequence_hash(chain, block.tokens_hash);
+            chain = Some(seq);
+            seq.0
+        }));
+        // The slab entry after the previous block's (the parent's, for the first): where a
+        // chain's next block usually is.
+        let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
+        // Whether the previous block missed its guess (a new block, or one stored elsewhere):
+        // then the next ones likely miss too, and their table slots are worth prefetching.
+        let mut probing = true;
+        for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
+            if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
+                self.by_engine.prefetch(key_hash(later.block_hash.0));
+                self.by_seq.prefetch(key_hash(seqs[n + STORE_AHEAD]));
+            }
+            // A store may add an override, after which the fast path no longer applies.
+            let plain = group == 0
+                && self
+                    .slot_state(slot)
+                    .is_some_and(|state| state.overrides == 0);
+            let stored = plain
+                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq, guess))
+                .flatten();
+            (guess, probing) = match stored {
+                Some((stored, guessed)) => (stored.wrapping_add(1), !guessed),
+                None => {
+                    self.store(slot, block.block_hash.0, seq);
+                    (u32::MAX, true)
+                }
+            };
+        }
+        self.store_seqs = seqs;
+        self.counters.stored_blocks += store.blocks.len() as u64;
+        EventOutcome::Applied
+    }
+
+    pub(super) fn store(&mut self, slot: u32, engine: u64, seq: u64) {
+        if let Some(previous) = self.block_of_engine(slot, engine) {
+            if self.blocks.get(previous).seq == seq {
+                return;
+            }
+            // The engine reused the id for other content: the old block is gone.
+            self.remove_membership(slot, previous);
+        }
+        if let Some(block) = self.find_block(seq)
+            && self.holds(slot, block)
+        {
+            // Held under another engine id: the new id replaces it.
+            self.remove_membership(slot, block);
+        }
+        let (block, canonical) = match self.find_block(seq) {
+            None => {
+                let block = self.alloc_block(seq, engine, 0);
+                self.unowned += 1;
+                (block, self.claim_engine(block))
+            }
+            Some(block) if self.blocks.get(block).engine == engine => {
+                (block, self.claim_engine(block))
+            }
+            Some(block) => (block, false),
+        };
+        let (group, bit) = split(slot);
+        if group == 0 {
+            self.blocks.get_mut(block).holders |= bit;
+        } else {
+            *self.overflow.entry(overflow_key(block, group)).or_insert(0) |= bit;
+        }
+        if !canonical {
+            self.add_override(slot, engine, block);
+        }
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks += 1;
+        }
+        self.memberships += 1;
+    }
+
+    /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
+    /// others hold under the same engine id, or a new block with a new engine id. `guess` is
+    /// the slab entry to try first for the block (the one after the previous block's: a chain
+    /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
+    /// is right. Returns the stored block and whether the guess was it, or `None` when the
+    /// general path must decide.
+    fn store_on_fast_path(
+        &mut self,
+        slot: u32,
+        engine: u64,
+        seq: u64,
+        guess: u32,
+    ) -> Option<(u32, bool)> {
+        let (_, bit) = split(slot);
+        let guessed = match self.blocks.try_get(guess) {
+            // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.
+            Some(entry) => self.unowned == 0 && entry.holders != 0 && entry.engine == engine,
+            None => false,
+        };
+        let canonical = if guessed {
+            Some(guess)
+        } else {
+            self.canonical_block(engine)
+        };
+        let block = match canonical {
+            Some(block) => {
+                let entry = self.blocks.get_mut(block);
+                if entry.seq != seq {
+                    return None;
+                }
+                if entry.holders & bit != 0 {
+                    return Some((block, guessed));
+                }
+                entry.holders |= bit;
+                block
+            }
+            None => {
+                if self.find_block(seq).is_some() {
+                    return None;
+                }
+                let block = self.alloc_block(seq, engine, bit);
+                self.by_engine.insert(key_hash(engine), block);
+                block
+            }
+        };
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks += 1;
+        }
+        self.memberships += 1;
+        Some((block, guessed))
+    }
+}

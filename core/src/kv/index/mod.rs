@@ -1,0 +1,90 @@
+//! The KV index: which worker caches which block, fed by KV events, queried per booking.
+//!
+//! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
+//! and a distinct block about 24 bytes plus two 8-byte hash-table slots):
+//! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
+//!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
+//!   free list; everything else refers to a block by its `u32` slab index;
+//! - `by_seq`: sequence hash → slab index (an open-addressing table of tag + index slots; keys are
+//!   read from the slab);
+//! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
+//!   find their block;
+//! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
+//! - *overrides*: one 16-byte record per membership whose engine hash is not the canonical one
+//!   (engines that hash differently, or reuse ids), indexed by (block, slot) and by
+//!   (engine hash, slot); empty when workers agree.
+//!
+//! A worker's cached prefix of a request is the longest run of the request's sequence hashes
+//! that all hold the worker's bit, so one pass over the hashes, AND-ing holder masks, yields
+//! every worker's prefix length and stops as soon as no worker continues the prefix. The blocks
+//! of a stored chain sit in consecutive slab entries, so the pass reads the entry after the
+//! previous block's first and probes `by_seq` only when that entry is another block's.
+//!
+//! `KvIndex` is defined here; its methods live with their concept: `blocks` (the slab, its
+//! tables, override records and who holds which block), `overlap` (the overlap pass and what
+//! it records), `ingest` (admitting and applying events), `workers` (worker slots and recovery
+//! state) and `counters`.
+
+mod blocks;
+mod counters;
+mod ingest;
+mod overlap;
+mod workers;
+
+use super::block_slab::ChunkedSlab;
+use super::block_table::BlockTable;
+use super::index_hasher::{U64HashBuilder, U64Map};
+use crate::identity::WorkerId;
+use blocks::{Block, Override};
+use hashbrown::HashTable;
+use std::collections::HashMap;
+use workers::SlotState;
+
+pub use counters::IndexCounters;
+pub use overlap::RecordedEngines;
+pub use workers::{ReplayRequest, WorkerIndexState};
+
+/// Worker slots per holder mask.
+const GROUP: usize = 64;
+
+/// Which registered worker caches which block.
+#[derive(Default)]
+pub struct KvIndex {
+    blocks: ChunkedSlab<Block>,
+    free: Vec<u32>,
+    by_seq: BlockTable,
+    by_engine: BlockTable,
+    overflow: U64Map<u64>,
+    overrides: Vec<Override>,
+    override_by_block: HashTable<u32>,
+    override_by_engine: HashTable<u32>,
+    slots: Vec<Option<SlotState>>,
+    by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
+    memberships: usize,
+    /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
+    /// reuse an id for other content); while there are none, a live block whose engine hash
+    /// is `e` is the owner of `e`, which lets stores skip the `by_engine` probe.
+    unowned: usize,
+    counters: IndexCounters,
+    /// The sequence hashes of the store being applied (kept to reuse its allocation).
+    store_seqs: Vec<u64>,
+}
+
+impl KvIndex {
+    /// An empty index with no workers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty index sized for `blocks` distinct blocks.
+    pub fn with_capacity(blocks: usize) -> Self {
+        let mut slab = ChunkedSlab::default();
+        slab.reserve(blocks);
+        Self {
+            blocks: slab,
+            by_seq: BlockTable::with_capacity(blocks),
+            by_engine: BlockTable::with_capacity(blocks),
+            ..Self::default()
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The overlap pass: one walk over a request's sequence hashes that gives every worker its
+//! cached prefix length, stopping as soon as no worker continues the prefix; and what it
+//! records for a booking's engine block hashes ([`RecordedEngines`]).
+
+use super::{GROUP, KvIndex};
+use crate::block_identity::{EngineBlockHash, SequenceHash};
+use crate::identity::WorkerId;
+use std::ops::Range;
+
+/// What [`KvIndex::prefix_lengths_and_engines`] records besides the prefix lengths: the
+/// canonical engine hash of every block below the longest cached prefix, and for each worker of
+/// the pass whether those hashes are its own. Kept between passes to reuse its allocations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordedEngines {
+    /// The canonical engine hash of each block below the longest cached prefix.
+    hashes: Vec<EngineBlockHash>,
+    /// Per worker of the pass, in its order: whether it is tracked and holds every block under
+    /// the block's canonical engine hash (the one the block was first reported with).
+    canonical: Vec<bool>,
+}
+
+impl RecordedEngines {
+    /// The canonical engine hash of each block below the longest cached prefix: `hashes()[i]`
+    /// is block `i`'s, and `hashes().len()` is that longest prefix.
+    pub fn hashes(&self) -> &[EngineBlockHash] {
+        &self.hashes
+    }
+
+    /// The recorded hashes of `blocks` when they are the engine hashes the pass's worker at
+    /// `position` reported itself: it holds every block under the canonical hash. `None` when
+    /// it does not, or when `blocks` reach past the recorded ones; `blocks` should lie within
+    /// that worker's cached prefix (beyond it, the worker holds none of them).
+    pub fn own(&self, position: usize, blocks: Range<usize>) -> Option<&[EngineBlockHash]> {
+        if !*self.canonical.get(position)? {
+            return None;
+        }
+        self.hashes.get(blocks)
+    }
+
+    /// How many block hashes it holds room for.
+    pub fn capacity(&self) -> usize {
+        self.hashes.capacity()
+    }
+}
+
+impl KvIndex {
+    /// For each of `workers`, the number of leading `sequence_hashes` it caches, computed in one
+    /// pass over the hashes that stops when no worker continues the prefix. Untracked workers get 0.
+    pub fn prefix_lengths(
+        &self,
+        sequence_hashes: &[SequenceHash],
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+    ) {
+        self.pass(
+            SequenceHash::as_u64s(sequence_hashes).iter().copied(),
+            workers,
+            out,
+            |_| {},
+            |_, _, _| {},
+        );
+    }
+
+    /// [`KvIndex::prefix_lengths`] over hashes computed as the pass pulls them (such as
+    /// [`sequence_hashes_iter`](crate::kv::sequence_hashes_iter)): the pass stops pulling once no
+    /// worker continues the prefix, so the hashes after that block are never computed, and a
+    /// block's lookup overlaps the hashing of the next. `prefix` receives the hashes of the
+    /// longest cached prefix.
+    pub fn prefix_lengths_streamed(
+        &self,
+        sequence_hashes: impl Iterator<Item = SequenceHash>,
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        prefix: &mut Vec<SequenceHash>,
+    ) {
+        prefix.clear();
+        self.pass(
+            sequence_hashes.map(|hash| hash.0),
+            workers,
+            out,
+            |_| {},
+            |_, hash, _| prefix.push(SequenceHash(hash)),
+        );
+    }
+
+    /// [`KvIndex::prefix_lengths`], also recording into `engines` the canonical engine hash of
+    /// every block the pass probed while some worker still continued the prefix (one store per
+    /// probed block: the pass reads the block's entry anyway), and for each worker whether
+    /// those hashes are its own (see [`RecordedEngines`]).
+    pub fn prefix_lengths_and_engines(
+        &self,
+        sequence_hashes: &[SequenceHash],
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        engines: &mut RecordedEngines,
+    ) {
+        let RecordedEngines {
+            hashes: engines,
+            canonical,
+        } = engines;
+        canonical.clear();
+        // Stores by position into a buffer sized up front keep the pass's loop tight.
+        engines.clear();
+        engines.resize(sequence_hashes.len(), EngineBlockHash(0));
+        let hashes = SequenceHash::as_u64s(sequence_hashes);
+        self.pass(
+            hashes.iter().copied(),
+            workers,
+            out,
+            |own| canonical.push(own),
+            |position, _, engine| {
+                if let Some(slot) = engines.get_mut(position) {
+                    *slot = EngineBlockHash(engine);
+                }
+            },
+        );
+        engines.truncate(out.iter().copied().max().unwrap_or(0));
+    }
+
+    /// The number of leading `sequence_hashes` that `worker` caches.
+    pub fn prefix_length(&self, sequence_hashes: &[SequenceHash], worker: WorkerId) -> usize {
+        let mut out = Vec::with_capacity(1);
+        self.prefix_lengths(sequence_hashes, &[worker], &mut out);
+        out.first().copied().unwrap_or(0)
+    }
+
+    /// The overlap pass: `out[i]` becomes the prefix length of `workers[i]`; `canonical` gets,
+    /// for each worker in order, whether it holds its blocks under their canonical engine
+    /// hashes; `record` gets the canonical engine hash of each position some worker continues.
+    fn pass(
+        &self,
+        hashes: impl Iterator<Item = u64>,
+        workers: &[WorkerId],
+        out: &mut Vec<usize>,
+        mut canonical: impl FnMut(bool),
+        record: impl FnMut(usize, u64, u64),
+    ) {
+        out.clear();
+        out.extend(workers.iter().map(|worker| {
+            let (slot, own) = self.trusted_slot(*worker);
+            canonical(own);
+            slot
+        }));
+        if self.slots.len() <= GROUP {
+            let mask = out
+                .iter()
+                .filter(|slot| **slot != usize::MAX)
+                .fold(0u64, |mask, slot| mask | (1 << *slot));
+            let lengths = self.pass_group0(hashes, mask, record);
+            for length in out.iter_mut() {
+                *length = lengths.get(*length).map_or(0, |l| *l as usize);
+            }
+        } else {
+            let lengths = self.pass_groups(hashes, out, record);
+            for length in out.iter_mut() {
+                *length = lengths.get(*length).map_or(0, |l| *l as usize);
+            }
+        }
+    }
+
+    /// The pass when every slot is below 64: one holder mask per block.
+    ///
+    /// Blocks of one stored chain get consecutive slab entries (events store a prefix in
+    /// order, and a chain removed leaf-first is reused in order from the free list), so the
+    /// pass first tries the entry after the previous block's and probes the sequence-hash
+    /// table only when that entry holds another block: a prefix is mostly a sequential scan
+    /// of the slab rather than one random table probe per block.
+    fn pass_group0(
+        &self,
+        hashes: impl Iterator<Item = u64>,
+        mask: u64,
+        mut record: impl FnMut(usize, u64, u64),
+    ) -> [u32; GROUP] {
+        let mut lengths = [0u32; GROUP];
+        let mut active = mask;
+        if active == 0 {
+            return lengths;
+        }
+        let mut guess = u32::MAX;
+        let mut position = 0;
+        for hash in hashes {
+            let block = match self.blocks.try_get(guess) {
+                // Freed entries hold no one, so they never pass for a block.
+                Some(entry) if entry.seq == hash && entry.holders != 0 => Some(guess),
+                _ => self.find_block(hash),
+            };
+            let (held, engine) = match block {
+                Some(block) => {
+                    guess = block.wrapping_add(1);
+                    let entry = self.blocks.get(block);
+                    (entry.holders, entry.engine)
+                }
+                None => (0, 0),
+            };
+            let mut dropped = active & !held;
+            while dropped != 0 {
+                lengths[dropped.trailing_zeros() as usize] = position as u32;
+                dropped &= dropped - 1;
+            }
+            active &= held;
+            if active == 0 {
+                return lengths;
+            }
+            record(position, hash, engine);
+            position += 1;
+        }
+        let position = position as u32;
+        while active != 0 {
+            lengths[active.trailing_zeros() as usize] = position;
+            active &= active - 1;
+        }
+        lengths
+    }
+
+    /// The pass with slots of 64 and up: one holder mask per block and slot group.
+    fn pass_groups(
+        &self,
+        hashes: impl Iterator<Item = u64>,
+        slots: &[usize],
+        mut record: impl FnMut(usize, u64, u64),
+    ) -> Vec<u32> {
+        let groups = self.slots.len().div_ceil(GROUP);
+        let mut lengths = vec![0u32; groups * GROUP];
+        let mut active = vec![0u64; groups];
+        for slot in slots.iter().filter(|slot| **slot != usize::MAX) {
+            active[slot / GROUP] |= 1 << (slot % GROUP);
+        }
+        if active.iter().all(|mask| *mask == 0) {
+            return lengths;
+        }
+        let mut position = 0u32;
+        for hash in hashes {
+            let block = self.find_block(hash);
+            let mut continues = false;
+            for (group, mask) in active.iter_mut().enumerate() {
+                if *mask == 0 {
+                    continue;
+                }
+                let held = match block {
+                    None => 0,
+                    Some(block) if group == 0 => self.blocks.get(block).holders,
+                    Some(block) => self.overflow_mask(block, group as u32),
+                };
+                let mut dropped = *mask & !held;
+                while dropped != 0 {
+                    lengths[group * GROUP + dropped.trailing_zeros() as usize] = position;
+                    dropped &= dropped - 1;
+                }
+                *mask &= held;
+                continues |= *mask != 0;
+            }
+            if !continues {
+                return lengths;
+            }
+            if let Some(block) = block {
+                record(position as usize, hash, self.blocks.get(block).engine);
+            }
+            position += 1;
+        }
+        for (group, mask) in active.iter_mut().enumerate() {
+            while *mask != 0 {
+                lengths[group * GROUP + mask.trailing_zeros() as usize] = position;
+                *mask &= *mask - 1;
+            }
+        }
+        lengths
+    }
+
+    /// The slot of `worker` for lookups: `usize::MAX` (no cached prefix) when it is untracked
+    /// or awaits a replay, since its cache state is not trusted then; and whether it is tracked
+    /// and holds every block under the block's canonical engine hash.
+    fn trusted_slot(&self, worker: WorkerId) -> (usize, bool) {
+        let Some((slot, state)) = self
+            .by_worker
+            .get(&worker)
+            .and_then(|&slot| Some((slot, self.slot_state(slot)?)))
+        else {
+            return (usize::MAX, false);
+        };
+        let trusted = if state.cursor.awaiting() {
+            usize::MAX
+        } else {
+            slot as usize
+        };
+        (trusted, state.overrides == 0)
+    }
+}
