@@ -23,5 +23,7 @@ pub use hashing::{
     salt_seed, sequence_hashes, sequence_hashes_for_request, sequence_hashes_for_tokens,
     sequence_hashes_from_block_ids, sequence_hashes_iter,
 };
-pub use index::{IndexCounters, KvIndex, RecordedEngines, ReplayRequest, WorkerIndexState};
+pub use index::{
+    BatchProgress, IndexCounters, KvIndex, RecordedEngines, ReplayRequest, WorkerIndexState,
+};
 pub use request_identity::RequestIdentity;

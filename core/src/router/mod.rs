@@ -40,7 +40,8 @@ pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 use crate::kv::{
-    KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
+    BatchProgress, KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState,
+    sequence_hashes_for_request,
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
@@ -53,6 +54,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{ActiveChain, WorkerEntry, Workers};
+
+/// Blocks of an event batch applied under one hold of the state lock (a few microseconds).
+pub const BATCH_PART_BLOCKS: usize = 64;
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
@@ -206,11 +210,24 @@ impl Router {
         outcome
     }
 
-    /// Applies events that arrived together (one engine batch), in order, under one lock.
-    /// Consecutive events of one worker that share an `event_id` count as one numbered
-    /// delivery, as upstream numbers a whole engine batch by its sequence number.
+    /// Applies events that arrived together (one engine batch), in order. Consecutive events
+    /// of one worker that share an `event_id` count as one numbered delivery, as upstream
+    /// numbers a whole engine batch by its sequence number. The lock is taken per part of
+    /// about [`BATCH_PART_BLOCKS`] blocks, so a booking never waits behind a whole long batch.
     pub fn apply_event_batch(&self, events: &[RouterEvent]) -> Vec<EventOutcome> {
-        self.state.write().index.apply_batch(events)
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut progress = BatchProgress::default();
+        let mut rest = events;
+        while !rest.is_empty() {
+            let applied = self.state.write().index.apply_batch_part(
+                rest,
+                &mut progress,
+                &mut outcomes,
+                BATCH_PART_BLOCKS,
+            );
+            rest = &rest[applied.max(1).min(rest.len())..];
+        }
+        outcomes
     }
 
     /// The first event id `worker` must replay, if it lost events.

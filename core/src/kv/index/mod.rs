@@ -41,6 +41,7 @@ use std::collections::HashMap;
 use workers::SlotState;
 
 pub use counters::IndexCounters;
+pub use ingest::BatchProgress;
 pub use overlap::RecordedEngines;
 pub use workers::{ReplayRequest, WorkerIndexState};
 
