@@ -5,9 +5,8 @@
 //! (`tag · slots / 2^32`), so growing and deleting never read the slab, and the slot count
 //! need not be a power of two: the table grows by half, which keeps it 58–88 % full (a
 //! doubling table can sit at 44 %, and at a million blocks its slots would cost more than
-//! the slab). Linear probing in Robin Hood order (each run sorted by home slot, so a probe
-//! for an absent key, which every new block makes twice, stops after a few slots even near
-//! 88 %), backward-shift deletion (no tombstones), at most 2^32 slots.
+//! the slab). Linear probing with backward-shift deletion (no tombstones), at most 2^32
+//! slots.
 
 use super::index_hasher::mix;
 
@@ -91,34 +90,20 @@ impl BlockTable {
         }
     }
 
-    /// How far the entry `slot`, found at `at`, lies past its home.
-    #[inline]
-    fn displacement(&self, slot: Slot, at: usize) -> usize {
-        self.distance(self.home(slot), at)
-    }
-
-    /// The slab index filed under `hash` for which `is_key` holds. A run is ordered by home
-    /// slot, so the probe stops at the first entry that lies nearer its home than the key
-    /// would: a key that is absent costs about as few slots as one that is present.
+    /// The slab index filed under `hash` for which `is_key` holds.
     #[inline]
     pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = hash & TAG;
         let mut at = self.home(hash);
-        let mut probed = 0;
         loop {
             let slot = *self.slots.get(at)?;
             if slot == 0 {
                 return None;
             }
-            if slot & TAG == tag {
-                if is_key(block_of(slot)) {
-                    return Some(block_of(slot));
-                }
-            } else if self.displacement(slot, at) < probed {
-                return None;
+            if slot & TAG == tag && is_key(block_of(slot)) {
+                return Some(block_of(slot));
             }
             at = self.next(at);
-            probed += 1;
         }
     }
 
@@ -131,26 +116,12 @@ impl BlockTable {
         self.len += 1;
     }
 
-    /// Puts `slot` where the run's order by home slot wants it (Robin Hood: it takes the place
-    /// of the first entry nearer its home than it, which moves on the same way).
-    fn place(&mut self, mut slot: Slot) {
+    fn place(&mut self, slot: Slot) {
         let mut at = self.home(slot);
-        let mut probed = 0;
-        loop {
-            let current = self.slots[at];
-            if current == 0 {
-                self.slots[at] = slot;
-                return;
-            }
-            let displacement = self.displacement(current, at);
-            if displacement < probed {
-                self.slots[at] = slot;
-                slot = current;
-                probed = displacement;
-            }
+        while self.slots[at] != 0 {
             at = self.next(at);
-            probed += 1;
         }
+        self.slots[at] = slot;
     }
 
     fn grow(&mut self) {
@@ -161,30 +132,29 @@ impl BlockTable {
         }
     }
 
-    /// Removes `block`, filed under `hash` (the entries after it that are not at their home
-    /// shift back into the gap, which keeps the run ordered). Returns whether it was filed.
+    /// Removes `block`, filed under `hash` (the entries after it shift back into the gap).
+    /// Returns whether it was filed.
     pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
         let wanted = slot_of(hash, block);
         let mut at = self.home(hash);
-        let mut probed = 0;
         loop {
             match self.slots.get(at) {
                 None | Some(0) => return false,
                 Some(slot) if *slot == wanted => break,
-                Some(slot) if self.displacement(*slot, at) < probed => return false,
                 Some(_) => at = self.next(at),
             }
-            probed += 1;
         }
+        // Backward shift: a later entry of the run moves into the gap unless its home lies
+        // (cyclically) after the gap.
         let mut gap = at;
-        loop {
-            let next = self.next(gap);
-            let slot = self.slots[next];
-            if slot == 0 || self.home(slot) == next {
-                break;
+        let mut next = self.next(gap);
+        while self.slots[next] != 0 {
+            let home = self.home(self.slots[next]);
+            if self.distance(home, next) >= self.distance(gap, next) {
+                self.slots[gap] = self.slots[next];
+                gap = next;
             }
-            self.slots[gap] = slot;
-            gap = next;
+            next = self.next(next);
         }
         self.slots[gap] = 0;
         self.len -= 1;
@@ -251,40 +221,6 @@ mod tests {
             assert_eq!(found, model.get(key).copied(), "block {block}");
         }
         assert_eq!(table.find(key_hash(u64::MAX), |_| true), None);
-    }
-
-    #[test]
-    fn interleaved_inserts_and_removes_keep_runs_ordered_and_reachable() {
-        let keys = keys(3_000);
-        let mut table = BlockTable::default();
-        let mut model: HashMap<u64, u32> = HashMap::new();
-        for (block, key) in keys.iter().enumerate() {
-            table.insert(key_hash(*key), block as u32);
-            model.insert(*key, block as u32);
-            if block % 4 == 3 {
-                let gone = keys[block / 2];
-                if let Some(b) = model.remove(&gone) {
-                    assert!(table.remove(key_hash(gone), b));
-                }
-            }
-        }
-        assert_eq!(table.len(), model.len());
-        // Robin Hood order: along a run, an entry lies at most one slot further from its
-        // home than the entry before it.
-        for (at, slot) in table.slots.iter().enumerate() {
-            let next = table.next(at);
-            let following = table.slots[next];
-            if *slot != 0 && following != 0 {
-                assert!(
-                    table.displacement(following, next) <= table.displacement(*slot, at) + 1,
-                    "run out of order at {at}"
-                );
-            }
-        }
-        for (block, key) in keys.iter().enumerate() {
-            let found = table.find(key_hash(*key), |b| keys[b as usize] == *key);
-            assert_eq!(found, model.get(key).copied(), "block {block}");
-        }
     }
 
     #[test]
