@@ -7,9 +7,10 @@
 //!   one thread re-takes the lock within a fraction of a microsecond of releasing it; a parked
 //!   reader would be woken only to find the next event holding it again.
 //! - A writer lets waiting readers in before it takes the lock again: it spins for up to
-//!   [`WRITER_DEFER`], then yields its core for up to [`WRITER_YIELD`] (a waiting reader that
-//!   lost its core, perhaps to this writer, gets it back while the writer holds nothing). If
-//!   they still did not get in, writers stop waiting for readers until one has.
+//!   [`WRITER_DEFER`] (a running reader gets in within a fraction of that). If they still did
+//!   not get in (they lost their core), writers stop waiting for readers until one has: a
+//!   writer that also yielded its core to them applied a third of the events, and one that
+//!   waited every time was held to one event per [`WRITER_DEFER`] by a descheduled reader.
 //! - A writer that finds bookings holding the lock spins on `try_write` rather than announcing
 //!   itself. `parking_lot`'s `write` would close the lock to new readers at once and then, while
 //!   the bookings finish, yield its core and park: on a loaded machine the lock then stayed
@@ -27,9 +28,7 @@ const READER_SPIN: Duration = Duration::from_micros(50);
 /// How long a reader yields between attempts before it queues fairly (and parks).
 const READER_YIELD: Duration = Duration::from_millis(2);
 /// How long a writer waits for waiting readers to get in before it takes the lock anyway.
-const WRITER_DEFER: Duration = Duration::from_micros(10);
-/// How long a writer then yields its core for waiting readers that did not get in.
-const WRITER_YIELD: Duration = Duration::from_micros(100);
+const WRITER_DEFER: Duration = Duration::from_micros(4);
 /// How long a writer spins for the readers inside to leave before it queues fairly.
 const WRITER_SPIN: Duration = Duration::from_micros(200);
 /// Attempts between two looks at the clock.
@@ -140,11 +139,7 @@ impl<T> StateLock<T> {
             return;
         }
         let none_waiting = || self.waiting_readers.load(Ordering::SeqCst) == 0;
-        // A waiting reader that runs gets in within a spin; one that lost its core (perhaps
-        // to this writer) gets it back while the writer yields without holding the lock.
-        if !spin_until(WRITER_DEFER, std::hint::spin_loop, none_waiting)
-            && !spin_until(WRITER_YIELD, std::thread::yield_now, none_waiting)
-        {
+        if !spin_until(WRITER_DEFER, std::hint::spin_loop, none_waiting) {
             self.gave_up_at
                 .store(self.waited_reads.load(Ordering::SeqCst), Ordering::Relaxed);
         }
