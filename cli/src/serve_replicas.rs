@@ -21,6 +21,7 @@ pub struct ReplicaSetup {
     http_peers: Vec<String>,
     snapshot: Option<PathBuf>,
     snapshot_interval: Duration,
+    max_dump_bytes: usize,
 }
 
 /// What runs while the service serves: the replica layer and the snapshot writer.
@@ -66,6 +67,8 @@ impl ReplicaSetup {
             http_peers,
             snapshot: args.snapshot.clone(),
             snapshot_interval: Duration::from_secs(args.snapshot_interval),
+            max_dump_bytes: usize::try_from(args.peer_dump_max_mib.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
         })
     }
 
@@ -79,11 +82,8 @@ impl ReplicaSetup {
     ) -> Result<StartedReplica, CommandError> {
         let sync = match self.sync_port {
             Some(port) => {
-                let options = ReplicaOptions {
-                    bind: format!("tcp://{host}:{port}"),
-                    peers: self.sync_peers.clone(),
-                    replica_id: None,
-                };
+                let options =
+                    ReplicaOptions::new(format!("tcp://{host}:{port}"), self.sync_peers.clone());
                 let sync = ReplicaSync::start(service, &options)
                     .await
                     .map_err(|e| error(e.to_string()))?;
@@ -101,7 +101,7 @@ impl ReplicaSetup {
             sync.set_ready(false);
         }
         let spinner = spinner("warm start: asking the peers for their state");
-        let mut start = warm_start(service, &self.http_peers).await;
+        let mut start = warm_start(service, &self.http_peers, self.max_dump_bytes).await;
         if let (StartKind::Cold { .. }, Some(path)) = (&start, &self.snapshot) {
             spinner.set_message(format!("warm start: loading {}", path.display()));
             start = load_snapshot(service, path, &start, out)?;

@@ -138,3 +138,19 @@ fn exported_events_rebuild_the_same_lookups() {
             .all(|(again, event)| again.as_ref() == Some(event))
     );
 }
+
+#[test]
+fn output_blocks_add_active_blocks_until_the_booking_is_released() {
+    let router = hinting_router();
+    let prompt = tokens(16, 5);
+    let booking = router.book(&request("o", Role::Aggregated, prompt));
+    let worker = booking.expect("booking").worker;
+    let before = load_of(&router, worker).active_blocks;
+    assert!(router.add_output_blocks("o", 1));
+    assert!(router.add_output_blocks("o", 2));
+    assert_eq!(load_of(&router, worker).active_blocks, before + 3);
+    assert!(!router.add_output_blocks("unknown", 1));
+    router.release("o");
+    assert_eq!(load_of(&router, worker), WorkerLoad::default());
+    assert!(!router.add_output_blocks("o", 1));
+}

@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use kv_router_service::SelectionService;
 use kv_router_service::ingress::NoIngress;
 use kv_router_service::loopback_client::LoopbackClient;
-use kv_router_service::replica::warm_start::warm_start;
+use kv_router_service::replica::warm_start::{DEFAULT_MAX_DUMP_BYTES, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
 use kv_router_service::serve::{BoundService, ServeOptions};
 use kv_router_service::snapshot::RouterState;
@@ -99,7 +99,12 @@ async fn warm_start_figures() {
     for run in 0..2 {
         let target = service();
         let started = Instant::now();
-        let kind = warm_start(&target, &[format!("http://{address}")]).await;
+        let kind = warm_start(
+            &target,
+            &[format!("http://{address}")],
+            DEFAULT_MAX_DUMP_BYTES,
+        )
+        .await;
         println!(
             "warm start from a peer (run {run}): {kind} [{:.2} s]",
             started.elapsed().as_secs_f64()
@@ -143,11 +148,7 @@ async fn cluster(replicas: usize) -> Cluster {
     for _ in 0..replicas {
         let service = service();
         register(&service, 8);
-        let options = ReplicaOptions {
-            bind: "tcp://127.0.0.1:0".into(),
-            peers: Vec::new(),
-            replica_id: None,
-        };
+        let options = ReplicaOptions::new("tcp://127.0.0.1:0", Vec::new());
         syncs.push(ReplicaSync::start(&service, &options).await.expect("sync"));
         addresses.push(serve(&service).await);
         services.push(service);

@@ -1,7 +1,9 @@
 //! The service's errors and their HTTP answers: a status and `{"error": "..."}`.
 
+use crate::worker_record::PartitionKey;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use dynamo_kv_router::router::BookError;
 
 /// Why a request failed. Each kind maps to the status upstream's selection service answers.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,5 +55,26 @@ pub fn json_ok(status: StatusCode) -> Response {
 impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
         json_error(self.status(), self)
+    }
+}
+
+/// The HTTP meaning of a booking failure, as upstream's scheduler errors map: no worker (or
+/// none of the allowed ones) is 503, a worker the request may not use is 400.
+pub(crate) fn book_error(error: BookError, key: &PartitionKey) -> ServiceError {
+    match error {
+        BookError::NoRoleConfig { .. } | BookError::WorkerNotAllowed { .. } => {
+            ServiceError::BadRequest(error.to_string())
+        }
+        BookError::NoWorkers { role } => {
+            ServiceError::NotReady(format!("no schedulable `{role}` workers for {key}"))
+        }
+        BookError::NoAllowedWorkers { role, allowed } => ServiceError::NotReady(format!(
+            "no endpoints available to route work: no schedulable `{role}` worker of {key} is \
+             in allowed_worker_ids {allowed:?}"
+        )),
+        BookError::NotRegistered { .. } => ServiceError::NotFound(error.to_string()),
+        BookError::SelectionFailed { .. }
+        | BookError::SelectionPanicked { .. }
+        | BookError::NotACandidate { .. } => ServiceError::Internal(error.to_string()),
     }
 }

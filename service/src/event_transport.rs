@@ -59,8 +59,13 @@ pub trait EventStream: Send {
 /// Connects to engines.
 #[async_trait]
 pub trait EventTransport: Send + Sync + 'static {
-    /// Subscribes to every topic of the publisher at `endpoint`, once it is reachable.
-    async fn subscribe(&self, endpoint: &str) -> Result<Box<dyn EventStream>, TransportError>;
+    /// Subscribes to the messages of the publisher at `endpoint` whose topic starts with one
+    /// of `topics` (the empty topic is every message), once it is reachable.
+    async fn subscribe(
+        &self,
+        endpoint: &str,
+        topics: &[String],
+    ) -> Result<Box<dyn EventStream>, TransportError>;
 
     /// Asks the replay endpoint for every batch from `start_seq` on, waiting at most `wait`
     /// for each answer.
@@ -128,13 +133,19 @@ impl EventStream for ZmqStream {
 
 #[async_trait]
 impl EventTransport for ZmqTransport {
-    async fn subscribe(&self, endpoint: &str) -> Result<Box<dyn EventStream>, TransportError> {
+    async fn subscribe(
+        &self,
+        endpoint: &str,
+        topics: &[String],
+    ) -> Result<Box<dyn EventStream>, TransportError> {
         validate_endpoint(endpoint)?;
         let mut socket = SubSocket::new();
-        socket
-            .subscribe("")
-            .await
-            .map_err(|error| socket_error(endpoint, error))?;
+        for topic in topics {
+            socket
+                .subscribe(topic)
+                .await
+                .map_err(|error| socket_error(endpoint, error))?;
+        }
         socket
             .connect(endpoint)
             .await

@@ -132,6 +132,26 @@ async fn prefill_complete(
     }
 }
 
+/// The body of `POST /reservations/{id}/output_block` (upstream's `OutputBlockRequest`).
+#[derive(Debug, Deserialize)]
+struct OutputBlockRequest {
+    decay_fraction: Option<f64>,
+}
+
+async fn add_output_block(
+    State(service): State<Arc<SelectionService>>,
+    Path(selection_id): Path<String>,
+    payload: Result<JsonBody<OutputBlockRequest>, Refused>,
+) -> Response {
+    match body(payload) {
+        Ok(request) => match service.add_output_block(&selection_id, request.decay_fraction) {
+            Ok(()) => json_ok(StatusCode::OK),
+            Err(error) => error.into_response(),
+        },
+        Err(refused) => refused.into_response(),
+    }
+}
+
 async fn delete_reservation(
     State(service): State<Arc<SelectionService>>,
     Path(selection_id): Path<String>,
@@ -218,6 +238,10 @@ pub fn router(service: Arc<SelectionService>) -> Router {
         .route(
             "/reservations/{selection_id}/prefill_complete",
             post(prefill_complete),
+        )
+        .route(
+            "/reservations/{selection_id}/output_block",
+            post(add_output_block),
         )
         .route("/reservations/{selection_id}", delete(delete_reservation))
         .route("/workers", post(create_worker).get(list_workers))

@@ -4,8 +4,8 @@
 //! replay endpoint (the first message of a fresh listener with `seq` k > 0 asks for 0..k);
 //! when the replay cannot be had the worker is reset and starts over; `seq` back at 0 is an
 //! engine restart, which clears the worker. A publisher that goes quiet for `idle_reconnect`
-//! is subscribed to afresh (the pure-Rust ZMQ socket does not notice a vanished peer), so an
-//! engine that went away and came back is picked up again.
+//! is subscribed to afresh ([`Resubscription`]: the pure-Rust ZMQ socket does not notice a
+//! vanished peer), so an engine that went away and came back is picked up again.
 //!
 //! After a resubscription the listener asks the replay endpoint for the last batch it applied:
 //! the same batch (same number, same bytes) means the same engine, and the rest of the answer
@@ -18,6 +18,7 @@ use crate::event_transport::EventTransport;
 use crate::ingest_stats::IngestStats;
 use crate::msgpack_batch::decode_event_batch;
 use crate::partition::Partition;
+use crate::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use bytes::Bytes;
 use dynamo_kv_router::kv::IgnoreReason;
 use dynamo_kv_router::router::{EventOutcome, WorkerId};
@@ -93,28 +94,24 @@ impl KvListener {
 
     /// Listens until the task is aborted.
     pub async fn run(self) {
+        let mut subscription = Resubscription::new(
+            Arc::clone(&self.transport),
+            self.spec.events_endpoint.clone(),
+            vec![String::new()],
+            ResubscriptionTiming {
+                quiet: self.options.idle_reconnect,
+                retry_pause: self.options.retry_pause,
+            },
+        );
         loop {
-            let mut stream = match self.transport.subscribe(&self.spec.events_endpoint).await {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::warn!(worker = self.spec.worker_id, %error, "KV event subscription failed; retrying");
-                    tokio::time::sleep(self.options.retry_pause).await;
-                    continue;
+            match subscription.next().await {
+                Delivery::Subscribed => {
+                    self.stats.connects.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(worker = self.spec.worker_id, dp_rank = self.spec.dp_rank, endpoint = %self.spec.events_endpoint, "subscribed to KV events");
+                    self.resume().await;
                 }
-            };
-            self.stats.connects.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(worker = self.spec.worker_id, dp_rank = self.spec.dp_rank, endpoint = %self.spec.events_endpoint, "subscribed to KV events");
-            self.resume().await;
-            loop {
-                match tokio::time::timeout(self.options.idle_reconnect, stream.next()).await {
-                    Ok(Ok(frames)) => self.on_message(&frames).await,
-                    Ok(Err(error)) => {
-                        tracing::warn!(worker = self.spec.worker_id, %error, "KV event stream failed; resubscribing");
-                        tokio::time::sleep(self.options.retry_pause).await;
-                        break;
-                    }
-                    Err(_) => break,
-                }
+                Delivery::Message(frames) => self.on_message(&frames).await,
+                Delivery::Lost => {}
             }
         }
     }

@@ -7,6 +7,7 @@
 //! service subscribes to each registered worker rank, asks the engine to replay what it
 //! missed, and feeds the events into the partition's KV index.
 
+pub mod booking_lifecycle;
 pub mod engine_event;
 pub mod engine_publisher;
 pub mod error;
@@ -26,6 +27,9 @@ pub mod prompt;
 pub mod queries;
 pub mod replica;
 pub mod reservations;
+pub mod resubscription;
+pub mod selection;
+pub mod selection_answer;
 pub mod selection_request;
 pub mod selection_response;
 pub mod selection_service;

@@ -36,6 +36,7 @@ pub struct LoopbackClient {
     address: SocketAddr,
     stream: BufReader<TcpStream>,
     request: Vec<u8>,
+    body_limit: usize,
 }
 
 impl LoopbackClient {
@@ -47,7 +48,28 @@ impl LoopbackClient {
             address,
             stream: BufReader::new(stream),
             request: Vec::with_capacity(1024),
+            body_limit: usize::MAX,
         })
+    }
+
+    /// The same client refusing answers whose body exceeds `bytes` (an `InvalidData` error,
+    /// before the body is read; the connection is then unusable).
+    pub fn with_body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    fn check_body_size(&self, bytes: usize) -> std::io::Result<()> {
+        if bytes <= self.body_limit {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the answer's body exceeds the limit of {} bytes ({bytes} bytes or more)",
+                self.body_limit
+            ),
+        ))
     }
 
     /// `GET path`.
@@ -156,6 +178,7 @@ impl LoopbackClient {
         let body = if chunked {
             self.read_chunked().await?
         } else {
+            self.check_body_size(length.unwrap_or(0))?;
             let mut body = vec![0; length.unwrap_or(0)];
             self.stream.read_exact(&mut body).await?;
             body
@@ -170,6 +193,7 @@ impl LoopbackClient {
             line.clear();
             self.stream.read_line(&mut line).await?;
             let size = usize::from_str_radix(line.trim(), 16).map_err(std::io::Error::other)?;
+            self.check_body_size(body.len().saturating_add(size))?;
             let mut chunk = vec![0; size + 2];
             self.stream.read_exact(&mut chunk).await?;
             if size == 0 {

@@ -10,7 +10,7 @@ use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch
 use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
 use kv_router_service::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
-use kv_router_service::replica::warm_start::{StartKind, warm_start};
+use kv_router_service::replica::warm_start::{DEFAULT_MAX_DUMP_BYTES, StartKind, warm_start};
 use kv_router_service::replica::wire::REPLICA_TOPIC;
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
 use serde_json::{Value, json};
@@ -54,11 +54,7 @@ struct Replica {
 
 async fn replica() -> Replica {
     let (service, _) = start_zmq().await;
-    let options = ReplicaOptions {
-        bind: "tcp://127.0.0.1:0".to_owned(),
-        peers: Vec::new(),
-        replica_id: None,
-    };
+    let options = ReplicaOptions::new("tcp://127.0.0.1:0", Vec::new());
     let sync = ReplicaSync::start(&service.service, &options)
         .await
         .expect("booking sync on 127.0.0.1");
@@ -305,6 +301,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
     let start = warm_start(
         &late.service,
         &["127.0.0.1:1".to_owned(), format!("http://{}", addresses[0])],
+        DEFAULT_MAX_DUMP_BYTES,
     )
     .await;
     let StartKind::Warm { restored, .. } = &start else {
@@ -345,7 +342,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_peer_a_replica_starts_cold_and_says_so() {
     let (service, _) = start_zmq().await;
-    let start = warm_start(&service.service, &[]).await;
+    let start = warm_start(&service.service, &[], DEFAULT_MAX_DUMP_BYTES).await;
     assert_eq!(start.to_string(), "cold start: no --peer to warm from");
     let mut client = service.client().await;
     let answer = client.get("/replica_sync/peers").await.unwrap();

@@ -20,17 +20,23 @@ pub enum BookErrorReason {
     NotACandidate,
     /// The caller named a worker that is not registered in the request's role.
     NotRegistered,
+    /// No worker of the role is in the request's allowed workers.
+    NoAllowedWorkers,
+    /// The caller named a worker outside the request's allowed workers.
+    WorkerNotAllowed,
 }
 
 impl BookErrorReason {
     /// Every reason, in metric order.
-    pub const ALL: [BookErrorReason; 6] = [
+    pub const ALL: [BookErrorReason; 8] = [
         BookErrorReason::NoRoleConfig,
         BookErrorReason::NoWorkers,
         BookErrorReason::SelectionFailed,
         BookErrorReason::SelectionPanicked,
         BookErrorReason::NotACandidate,
         BookErrorReason::NotRegistered,
+        BookErrorReason::NoAllowedWorkers,
+        BookErrorReason::WorkerNotAllowed,
     ];
 
     /// The reason's label in metrics.
@@ -42,6 +48,8 @@ impl BookErrorReason {
             BookErrorReason::SelectionPanicked => "selection_panicked",
             BookErrorReason::NotACandidate => "not_a_candidate",
             BookErrorReason::NotRegistered => "not_registered",
+            BookErrorReason::NoAllowedWorkers => "no_allowed_workers",
+            BookErrorReason::WorkerNotAllowed => "worker_not_allowed",
         }
     }
 
@@ -80,7 +88,7 @@ mod tests {
         assert_eq!(labels.len(), BookErrorReason::ALL.len());
         // The last variant sits at the end of `ALL`, so no variant is left out.
         assert_eq!(
-            BookErrorReason::NotRegistered.index(),
+            BookErrorReason::WorkerNotAllowed.index(),
             BookErrorReason::ALL.len() - 1
         );
     }

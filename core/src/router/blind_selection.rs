@@ -80,8 +80,27 @@ impl Router {
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let position = self.blind.choose(mode, role, &workers.entries);
-        let booked = &workers.entries[position.min(workers.entries.len() - 1)];
+        let allowed: Vec<Arc<WorkerEntry>>;
+        let entries = match &request.allowed_workers {
+            None => &workers.entries,
+            Some(filter) => {
+                allowed = workers
+                    .entries
+                    .iter()
+                    .filter(|entry| filter.allows(entry.info.id))
+                    .cloned()
+                    .collect();
+                if allowed.is_empty() {
+                    return Err(BookError::NoAllowedWorkers {
+                        role,
+                        allowed: filter.worker_ids().to_vec(),
+                    });
+                }
+                &allowed
+            }
+        };
+        let position = self.blind.choose(mode, role, entries);
+        let booked = &entries[position.min(entries.len() - 1)];
         let worker = booked.info.id;
         if booking_mode == BookingMode::Book {
             self.reserve(

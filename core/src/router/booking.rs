@@ -92,6 +92,24 @@ pub enum BookError {
         /// The worker it chose.
         worker: WorkerId,
     },
+    /// No registered worker of the role is in the request's allowed workers.
+    #[error(
+        "no registered `{role}` worker is in the request's allowed workers {allowed:?}; allow one of the role's workers"
+    )]
+    NoAllowedWorkers {
+        /// The role asked for.
+        role: Role,
+        /// The allowed worker ids.
+        allowed: Vec<u64>,
+    },
+    /// The caller named a worker outside the request's allowed workers.
+    #[error("worker {worker} is not in the request's allowed workers {allowed:?}")]
+    WorkerNotAllowed {
+        /// The worker named.
+        worker: WorkerId,
+        /// The allowed worker ids.
+        allowed: Vec<u64>,
+    },
     /// The caller named a worker that is not a registered worker of the request's role.
     #[error(
         "worker {worker} is not a registered `{role}` worker; register it (or ask for its role) first"
@@ -119,6 +137,8 @@ impl BookError {
             BookError::SelectionPanicked { .. } => BookErrorReason::SelectionPanicked,
             BookError::NotACandidate { .. } => BookErrorReason::NotACandidate,
             BookError::NotRegistered { .. } => BookErrorReason::NotRegistered,
+            BookError::NoAllowedWorkers { .. } => BookErrorReason::NoAllowedWorkers,
+            BookError::WorkerNotAllowed { .. } => BookErrorReason::WorkerNotAllowed,
         }
     }
 }

@@ -77,6 +77,19 @@ impl LoadLedger {
         }
     }
 
+    /// Adds `blocks` generated output blocks to the active blocks of every booking of
+    /// `request_id` (unshared, released with the booking); `false` if none is active.
+    pub(crate) fn add_output_blocks(&mut self, request_id: &str, blocks: u64) -> bool {
+        let Some(bookings) = self.active.get_mut(request_id) else {
+            return false;
+        };
+        for reservation in bookings {
+            reservation.chain.untracked_blocks += blocks;
+            reservation.worker.load.add_untracked_blocks(blocks);
+        }
+        true
+    }
+
     /// Gives back everything the bookings of `request_id` hold; returns how many it released.
     pub(crate) fn release(&mut self, request_id: &str) -> usize {
         let Some(bookings) = self.active.remove(request_id) else {

@@ -21,6 +21,7 @@ mod blind_selection;
 pub mod booking;
 mod booking_scratch;
 mod candidate_cache;
+pub mod candidate_filter;
 mod hint_assembly;
 mod kv_booking;
 mod load;
@@ -34,6 +35,7 @@ mod workers;
 
 pub use crate::kv::{EventOutcome, IgnoreReason, ReplayRequest};
 pub use booking::{BookError, Booking, BookingStats};
+pub use candidate_filter::CandidateFilter;
 pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
@@ -46,6 +48,7 @@ use crate::kv::{
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
+use candidate_filter::{FilterScope, FilteredSelection};
 use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::Mutex;
@@ -129,8 +132,13 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router running `setup`, with no workers yet.
-    pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
+    /// A router running `setup`, with no workers yet. Each role's selection policy is wrapped
+    /// so that it honours a request's [`CandidateFilter`].
+    pub fn new(mut setup: RouterSetup, options: RouterOptions) -> Router {
+        for policies in setup.roles.values_mut() {
+            policies.selection.instance =
+                FilteredSelection::wrap(Arc::clone(&policies.selection.instance));
+        }
         let role_hints = counted_hints(&setup);
         Router {
             setup,
@@ -299,10 +307,7 @@ impl Router {
     pub fn book(&self, request: &RouteRequest) -> Result<Booking, BookError> {
         let start = Instant::now();
         self.expire(start);
-        let result = match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start, BookingMode::Book),
-            mode => self.book_blind(mode, request, start, BookingMode::Book),
-        };
+        let result = self.choose(request, start, BookingMode::Book);
         match &result {
             Ok(booking) => self.metrics.count_booking(booking.stats.latency),
             Err(error) => self.metrics.count_book_error(error.reason()),
@@ -314,17 +319,47 @@ impl Router {
     /// running hint policies: a query ("where would this go?"). Nothing changes and the
     /// booking metrics do not count it; the returned booking never carries a hint.
     pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
-        let start = Instant::now();
+        self.choose(request, Instant::now(), BookingMode::Preview)
+    }
+
+    /// Books (or previews) `request` by the router mode, among the workers its filter allows.
+    fn choose(
+        &self,
+        request: &RouteRequest,
+        start: Instant,
+        mode: BookingMode,
+    ) -> Result<Booking, BookError> {
+        if let Some(filter) = &request.allowed_workers {
+            self.check_allowed(request.role, filter)?;
+        }
+        let _scope = FilterScope::enter(request.allowed_workers.as_ref());
         match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start, BookingMode::Preview),
-            mode => self.book_blind(mode, request, start, BookingMode::Preview),
+            RouterMode::Kv => self.book_kv(request, start, mode),
+            router_mode => self.book_blind(router_mode, request, start, mode),
+        }
+    }
+
+    /// `Ok` when some registered worker of `role` passes `filter`.
+    fn check_allowed(&self, role: Role, filter: &CandidateFilter) -> Result<(), BookError> {
+        let state = self.state.read();
+        let workers = state
+            .workers
+            .role(role)
+            .ok_or(BookError::NoWorkers { role })?;
+        if workers.ids.iter().any(|id| filter.allows(*id)) {
+            Ok(())
+        } else {
+            Err(BookError::NoAllowedWorkers {
+                role,
+                allowed: filter.worker_ids().to_vec(),
+            })
         }
     }
 
     /// Books `request` on `worker`, chosen by the caller: no selection or hint policy runs.
     /// The reserved prefill is `prefill_tokens` when given, else the prompt less the prefix
-    /// `worker` caches. `worker` must be a registered worker of the request's role; otherwise
-    /// nothing is reserved.
+    /// `worker` caches. `worker` must be a registered worker of the request's role that the
+    /// request's filter allows; otherwise nothing is reserved.
     pub fn book_on(
         &self,
         request: &RouteRequest,
@@ -344,6 +379,14 @@ impl Router {
                 role: request.role,
                 worker,
             })?;
+        if let Some(filter) = &request.allowed_workers
+            && !filter.allows(worker)
+        {
+            return Err(BookError::WorkerNotAllowed {
+                worker,
+                allowed: filter.worker_ids().to_vec(),
+            });
+        }
         let hashes: Vec<SequenceHash> = match &request.prompt {
             Prompt::Tokens(tokens) => {
                 sequence_hashes_for_request(tokens, block_size, &request.identity)
@@ -389,6 +432,14 @@ impl Router {
     /// Unknown or repeated reports are harmless.
     pub fn prefill_complete(&self, request_id: &str) {
         self.ledger.lock().prefill_complete(request_id);
+    }
+
+    /// Reports that the request generated `blocks` more output blocks: each adds one active
+    /// (decode) block to its booking until it is released (upstream `add_output_block`; the
+    /// blocks are the request's own, never shared). Returns `false`, changing nothing, when the
+    /// request holds no booking (released, expired, or never booked).
+    pub fn add_output_blocks(&self, request_id: &str, blocks: u64) -> bool {
+        self.ledger.lock().add_output_blocks(request_id, blocks)
     }
 
     /// Reports that the request finished: all its load is released. Unknown or repeated

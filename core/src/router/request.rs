@@ -3,6 +3,7 @@
 use crate::block_identity::SequenceHash;
 use crate::kv::RequestIdentity;
 use crate::plugins::SessionContext;
+use crate::router::candidate_filter::CandidateFilter;
 use crate::router::worker::Role;
 
 /// One request the caller wants a worker for, in one role.
@@ -20,6 +21,10 @@ pub struct RouteRequest {
     /// multimodal objects, Eagle. Used when the prompt is tokens; requests under different
     /// identities never match each other's cache.
     pub identity: RequestIdentity,
+    /// The workers the request may be booked on (upstream's `allowed_worker_ids`); `None`
+    /// allows every worker of the role. The overlap pass still scores every worker; the
+    /// selection policy sees only the allowed ones.
+    pub allowed_workers: Option<CandidateFilter>,
 }
 
 /// A prompt: its tokens, or its precomputed per-block sequence hashes (for example from a trace).
@@ -45,7 +50,14 @@ impl RouteRequest {
             prompt,
             session: SessionContext::default(),
             identity: RequestIdentity::default(),
+            allowed_workers: None,
         }
+    }
+
+    /// The same request, bookable only on the workers `filter` allows.
+    pub fn with_allowed_workers(mut self, filter: CandidateFilter) -> Self {
+        self.allowed_workers = Some(filter);
+        self
     }
 
     /// The same request under `identity` (LoRA, cache namespace, multimodal objects, Eagle).

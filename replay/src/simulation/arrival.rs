@@ -23,6 +23,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             },
             session: prepared.session.clone(),
             identity: Default::default(),
+            allowed_workers: None,
         };
         let started = Instant::now();
         let booked = self.router.book(&route);

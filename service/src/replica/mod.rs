@@ -4,7 +4,9 @@
 //! - **Booking sync** ([`wire`], upstream's topic and msgpack schema): every booking change
 //!   of this replica is published on a ZMQ PUB socket; each peer's is received on a SUB
 //!   socket ([`peers`]) and recorded in the partition's router as a *peer booking*, so the
-//!   cost function sees the load every replica booked. Lost free events cannot leak load: a
+//!   cost function sees the load every replica booked. Replicas also publish a heartbeat
+//!   (on a topic of their own); a peer silent for the quiet period is subscribed to afresh,
+//!   so a peer restarted on the same endpoint is followed again. Lost free events cannot leak load: a
 //!   peer booking expires after the booking TTL, as local ones do, and is counted.
 //!   Queues are bounded: a full queue drops (and counts) rather than waits; messages that are
 //!   not booking events are counted and dropped.
@@ -38,7 +40,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use wire::{
-    BookingEvent, BookingEventData, PrefillLoadHint, REPLICA_TOPIC, ScopedBookingEvent, WireWorker,
+    BookingEvent, BookingEventData, HEARTBEAT_TOPIC, PrefillLoadHint, REPLICA_TOPIC,
+    ScopedBookingEvent, WireWorker,
 };
 use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 
@@ -46,6 +49,12 @@ use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 pub const OUTBOUND_CAPACITY: usize = 65_536;
 /// Peer events waiting to be applied; beyond this, new ones are dropped and counted.
 pub const INBOUND_CAPACITY: usize = 65_536;
+/// How often a replica publishes its heartbeat.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// A peer silent this long (five missed heartbeats; the engines' listeners wait as long) is
+/// subscribed to afresh. Upstream peers send no heartbeat: an idle one is resubscribed every
+/// period, which costs a reconnection and nothing else.
+pub const PEER_QUIET_RESUBSCRIBE: Duration = Duration::from_secs(5);
 /// How often expired peer bookings are swept.
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -59,6 +68,25 @@ pub struct ReplicaOptions {
     pub peers: Vec<String>,
     /// This replica's id; random (non-zero) when `None`.
     pub replica_id: Option<u64>,
+    /// How often this replica publishes a heartbeat (default [`HEARTBEAT_INTERVAL`]).
+    pub heartbeat_interval: Duration,
+    /// A peer silent this long, heartbeats included, is subscribed to afresh (default
+    /// [`PEER_QUIET_RESUBSCRIBE`]): it may have restarted on the same endpoint, which the
+    /// `zeromq` SUB socket never reconnects to by itself.
+    pub peer_quiet: Duration,
+}
+
+impl ReplicaOptions {
+    /// Publishing on `bind`, subscribed to `peers`, with a random id and the default timing.
+    pub fn new(bind: impl Into<String>, peers: Vec<String>) -> Self {
+        Self {
+            bind: bind.into(),
+            peers,
+            replica_id: None,
+            heartbeat_interval: HEARTBEAT_INTERVAL,
+            peer_quiet: PEER_QUIET_RESUBSCRIBE,
+        }
+    }
 }
 
 /// Why the replica layer could not start.
@@ -122,7 +150,15 @@ impl ReplicaSync {
         let (inbound, inbound_rx) = mpsc::channel(INBOUND_CAPACITY);
         let replica_id = options.replica_id.unwrap_or_else(random_id);
         let tasks = vec![
-            tokio::spawn(publish(socket, outbound_rx, Arc::clone(&stats))),
+            tokio::spawn(publish(
+                socket,
+                outbound_rx,
+                Arc::clone(&stats),
+                Heartbeat {
+                    replica_id,
+                    interval: options.heartbeat_interval,
+                },
+            )),
             tokio::spawn(apply(
                 Arc::downgrade(service),
                 inbound_rx,
@@ -135,7 +171,7 @@ impl ReplicaSync {
             replica_id,
             endpoint,
             outbound,
-            peers: Peers::new(inbound, Arc::clone(&stats)),
+            peers: Peers::new(inbound, Arc::clone(&stats), options.peer_quiet),
             stats,
             ready: AtomicBool::new(true),
             service: Arc::downgrade(service),
@@ -170,6 +206,14 @@ impl ReplicaSync {
     /// The counters.
     pub fn stats(&self) -> &ReplicaStats {
         &self.stats
+    }
+
+    /// Stops publishing (its endpoint is released) and following peers, as when dropped.
+    pub fn stop(&self) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+        for endpoint in self.peers.endpoints() {
+            let _ = self.peers.remove(&endpoint);
+        }
     }
 
     /// Marks the replica ready or not (`/ready` answers 503 while not).
@@ -252,12 +296,46 @@ fn peer_request_id(router_id: u64, request_id: &str) -> String {
     format!("{router_id:016x}/{request_id}")
 }
 
+/// What a replica's heartbeat says, and how often.
+struct Heartbeat {
+    replica_id: u64,
+    interval: Duration,
+}
+
+impl Heartbeat {
+    fn message(&self) -> Option<ZmqMessage> {
+        let frames = vec![
+            Bytes::from_static(HEARTBEAT_TOPIC),
+            Bytes::copy_from_slice(&self.replica_id.to_be_bytes()),
+        ];
+        ZmqMessage::try_from(frames).ok()
+    }
+}
+
+/// Publishes the outbound booking events, and a heartbeat every interval.
 async fn publish(
     mut socket: PubSocket,
     mut outbound: mpsc::Receiver<ScopedBookingEvent>,
     stats: Arc<ReplicaStats>,
+    heartbeat: Heartbeat,
 ) {
-    while let Some(event) = outbound.recv().await {
+    let mut beats = tokio::time::interval(heartbeat.interval);
+    beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let event = tokio::select! {
+            event = outbound.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            _ = beats.tick() => {
+                if let Some(message) = heartbeat.message()
+                    && let Err(error) = socket.send(message).await
+                {
+                    tracing::debug!(%error, "cannot publish a heartbeat");
+                }
+                continue;
+            }
+        };
         let frames = vec![
             Bytes::from_static(REPLICA_TOPIC),
             Bytes::from(event.encode()),

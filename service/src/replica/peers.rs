@@ -1,16 +1,24 @@
-//! The peers a replica subscribes to: one ZMQ SUB socket and task per peer (the `zeromq`
-//! crate cannot disconnect one endpoint of a socket, so removing a peer ends its task), each
-//! handing decoded events to the bounded inbound queue without waiting.
+//! The peers a replica subscribes to: one ZMQ SUB subscription and task per peer (the
+//! `zeromq` crate cannot disconnect one endpoint of a socket, so removing a peer ends its
+//! task), each handing decoded events to the bounded inbound queue without waiting. A peer
+//! silent for the quiet period (no event, no heartbeat) is subscribed to afresh
+//! ([`Resubscription`], as the engines' listeners do): a peer that restarted on the same
+//! endpoint is followed again.
 
 use super::stats::ReplicaStats;
-use super::wire::{REPLICA_TOPIC, ScopedBookingEvent};
+use super::wire::{HEARTBEAT_TOPIC, REPLICA_TOPIC, ScopedBookingEvent};
+use crate::event_transport::ZmqTransport;
+use crate::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use zeromq::{Socket, SocketRecv, SubSocket};
+
+/// Pause before retrying a peer subscription that failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// Why a peer endpoint was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -25,8 +33,15 @@ pub enum PeerError {
 /// One subscribed peer.
 struct Peer {
     task: JoinHandle<()>,
-    connected: Arc<AtomicBool>,
-    received: Arc<AtomicU64>,
+    state: Arc<PeerState>,
+}
+
+/// What a peer's task reports.
+#[derive(Default)]
+struct PeerState {
+    connected: AtomicBool,
+    received: AtomicU64,
+    subscriptions: AtomicU64,
 }
 
 impl Drop for Peer {
@@ -42,8 +57,10 @@ pub struct PeerStatus {
     pub endpoint: String,
     /// Whether the subscription is connected.
     pub connected: bool,
-    /// Messages received from it.
+    /// Messages received from it (heartbeats not counted).
     pub received: u64,
+    /// Times it was subscribed to (more than once: it went quiet or failed, and came back).
+    pub subscriptions: u64,
 }
 
 /// The subscribed peers.
@@ -51,15 +68,22 @@ pub struct Peers {
     peers: Mutex<BTreeMap<String, Peer>>,
     inbound: mpsc::Sender<ScopedBookingEvent>,
     stats: Arc<ReplicaStats>,
+    quiet: Duration,
 }
 
 impl Peers {
-    /// No peers yet; received events go to `inbound`.
-    pub fn new(inbound: mpsc::Sender<ScopedBookingEvent>, stats: Arc<ReplicaStats>) -> Self {
+    /// No peers yet; received events go to `inbound`; a peer silent for `quiet` is
+    /// subscribed to afresh.
+    pub fn new(
+        inbound: mpsc::Sender<ScopedBookingEvent>,
+        stats: Arc<ReplicaStats>,
+        quiet: Duration,
+    ) -> Self {
         Self {
             peers: Mutex::new(BTreeMap::new()),
             inbound,
             stats,
+            quiet,
         }
     }
 
@@ -70,23 +94,25 @@ impl Peers {
         if peers.contains_key(endpoint) {
             return Ok(false);
         }
-        let connected = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(subscribe(
-            endpoint.to_owned(),
-            self.inbound.clone(),
-            Arc::clone(&self.stats),
-            Arc::clone(&connected),
-            Arc::clone(&received),
-        ));
-        peers.insert(
-            endpoint.to_owned(),
-            Peer {
-                task,
-                connected,
-                received,
+        let state = Arc::new(PeerState::default());
+        let subscription = Resubscription::new(
+            Arc::new(ZmqTransport),
+            endpoint,
+            [REPLICA_TOPIC, HEARTBEAT_TOPIC]
+                .map(|topic| String::from_utf8_lossy(topic).into_owned())
+                .to_vec(),
+            ResubscriptionTiming {
+                quiet: self.quiet,
+                retry_pause: RETRY_PAUSE,
             },
         );
+        let task = tokio::spawn(follow(
+            subscription,
+            self.inbound.clone(),
+            Arc::clone(&self.stats),
+            Arc::clone(&state),
+        ));
+        peers.insert(endpoint.to_owned(), Peer { task, state });
         tracing::info!(peer = endpoint, "replica peer added");
         Ok(true)
     }
@@ -113,8 +139,9 @@ impl Peers {
             .iter()
             .map(|(endpoint, peer)| PeerStatus {
                 endpoint: endpoint.clone(),
-                connected: peer.connected.load(Ordering::Relaxed),
-                received: peer.received.load(Ordering::Relaxed),
+                connected: peer.state.connected.load(Ordering::Relaxed),
+                received: peer.state.received.load(Ordering::Relaxed),
+                subscriptions: peer.state.subscriptions.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -140,36 +167,32 @@ fn validate(endpoint: &str) -> Result<(), PeerError> {
     Ok(())
 }
 
-async fn subscribe(
-    endpoint: String,
+/// Follows one peer: its booking events go to `inbound`, its heartbeats only keep the
+/// subscription from looking quiet.
+async fn follow(
+    mut subscription: Resubscription,
     inbound: mpsc::Sender<ScopedBookingEvent>,
     stats: Arc<ReplicaStats>,
-    connected: Arc<AtomicBool>,
-    received: Arc<AtomicU64>,
+    state: Arc<PeerState>,
 ) {
-    let mut socket = SubSocket::new();
-    let topic = String::from_utf8_lossy(REPLICA_TOPIC).into_owned();
-    if let Err(error) = socket.subscribe(&topic).await {
-        tracing::error!(peer = %endpoint, %error, "cannot subscribe to the replica peer");
-        return;
-    }
-    // `connect` retries while the peer refuses connections.
-    if let Err(error) = socket.connect(&endpoint).await {
-        tracing::warn!(peer = %endpoint, %error, "cannot connect to the replica peer");
-        return;
-    }
-    connected.store(true, Ordering::Relaxed);
     loop {
-        let message = match socket.recv().await {
-            Ok(message) => message,
-            Err(error) => {
-                tracing::warn!(peer = %endpoint, %error, "replica peer subscription failed");
-                connected.store(false, Ordering::Relaxed);
-                return;
+        let frames = match subscription.next().await {
+            Delivery::Subscribed => {
+                state.subscriptions.fetch_add(1, Ordering::Relaxed);
+                state.connected.store(true, Ordering::Relaxed);
+                continue;
             }
+            Delivery::Lost => {
+                state.connected.store(false, Ordering::Relaxed);
+                continue;
+            }
+            Delivery::Message(frames) => frames,
         };
-        received.fetch_add(1, Ordering::Relaxed);
-        let frames: Vec<&[u8]> = message.iter().map(|frame| frame.as_ref()).collect();
+        if frames.first().is_some_and(|topic| topic == HEARTBEAT_TOPIC) {
+            continue;
+        }
+        state.received.fetch_add(1, Ordering::Relaxed);
+        let frames: Vec<&[u8]> = frames.iter().map(|frame| frame.as_ref()).collect();
         match ScopedBookingEvent::decode(&frames) {
             Ok(event) => {
                 if inbound.try_send(event).is_err() {
@@ -178,7 +201,7 @@ async fn subscribe(
             }
             Err(error) => {
                 ReplicaStats::bump(&stats.garbage);
-                tracing::debug!(peer = %endpoint, %error, "dropping a replica message");
+                tracing::debug!(peer = %subscription.endpoint(), %error, "dropping a replica message");
             }
         }
     }

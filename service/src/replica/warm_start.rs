@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 /// How long one peer may take to answer both requests.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest answer body a warm start accepts from a peer, by default (1 GiB; the
+/// `--peer-dump-max-mib` flag changes it). The dump of 64 workers × 16,384 cached blocks is
+/// 274 MB (BENCHMARKS.md), so this leaves about four times that; it bounds what a starting
+/// replica allocates for a peer's answer (held whole, then parsed) when the peer is much
+/// larger than expected or not a router at all. A larger answer is refused before it is read
+/// and the replica starts cold (or from its snapshot), saying so.
+pub const DEFAULT_MAX_DUMP_BYTES: usize = 1 << 30;
+
 /// How the replica started.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartKind {
@@ -48,8 +56,13 @@ impl std::fmt::Display for StartKind {
 }
 
 /// Asks each of `peers` (HTTP addresses, `host:port` or `http://host:port`) in turn for its
-/// state and applies the first one received.
-pub async fn warm_start(service: &SelectionService, peers: &[String]) -> StartKind {
+/// state and applies the first one received; an answer larger than `max_dump_bytes` is
+/// refused (that peer counts as not answering).
+pub async fn warm_start(
+    service: &SelectionService,
+    peers: &[String],
+    max_dump_bytes: usize,
+) -> StartKind {
     if peers.is_empty() {
         return StartKind::Cold {
             reason: "no --peer to warm from".to_owned(),
@@ -58,7 +71,7 @@ pub async fn warm_start(service: &SelectionService, peers: &[String]) -> StartKi
     let mut failures = Vec::new();
     for peer in peers {
         let started = Instant::now();
-        let fetched = tokio::time::timeout(PEER_TIMEOUT, fetch_state(peer)).await;
+        let fetched = tokio::time::timeout(PEER_TIMEOUT, fetch_state(peer, max_dump_bytes)).await;
         let state = match fetched {
             Ok(Ok(state)) => state,
             Ok(Err(error)) => {
@@ -86,7 +99,7 @@ pub async fn warm_start(service: &SelectionService, peers: &[String]) -> StartKi
     }
 }
 
-async fn fetch_state(peer: &str) -> Result<RouterState, String> {
+async fn fetch_state(peer: &str, max_dump_bytes: usize) -> Result<RouterState, String> {
     let address = peer.strip_prefix("http://").unwrap_or(peer);
     let address = tokio::net::lookup_host(address)
         .await
@@ -95,15 +108,23 @@ async fn fetch_state(peer: &str) -> Result<RouterState, String> {
         .ok_or_else(|| "resolves to no address".to_owned())?;
     let mut client = LoopbackClient::connect(address)
         .await
-        .map_err(|error| format!("cannot connect: {error}"))?;
+        .map_err(|error| format!("cannot connect: {error}"))?
+        .with_body_limit(max_dump_bytes);
+    let too_large = |route: &str, error: std::io::Error| {
+        if error.kind() == std::io::ErrorKind::InvalidData {
+            format!("{route}: {error}; raise --peer-dump-max-mib to accept it")
+        } else {
+            format!("{route}: {error}")
+        }
+    };
     let workers = client
         .get("/workers")
         .await
-        .map_err(|error| format!("GET /workers: {error}"))?;
+        .map_err(|error| too_large("GET /workers", error))?;
     let dump = client
         .get("/dump")
         .await
-        .map_err(|error| format!("GET /dump: {error}"))?;
+        .map_err(|error| too_large("GET /dump", error))?;
     if workers.status != 200 || dump.status != 200 {
         return Err(format!(
             "answered {} to GET /workers and {} to GET /dump",

@@ -10,6 +10,12 @@ use serde::{Deserialize, Serialize};
 /// The topic of booking-lifecycle messages (upstream's `REPLICA_TOPIC`).
 pub const REPLICA_TOPIC: &[u8] = b"dynamo.slot-tracker.v1";
 
+/// The topic of this router's replica heartbeats, `[topic, replica id (u64 big-endian)]`,
+/// sent every heartbeat interval so that a subscriber can tell a quiet peer from a gone one
+/// (an addition to upstream's format: upstream subscribers filter on [`REPLICA_TOPIC`] and
+/// never receive them).
+pub const HEARTBEAT_TOPIC: &[u8] = b"kv-router.replica-heartbeat.v1";
+
 /// A worker rank (upstream `WorkerWithDpRank`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireWorker {

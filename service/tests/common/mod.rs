@@ -166,3 +166,26 @@ pub async fn assert_all_loads_zero(client: &mut LoopbackClient) {
         }
     }
 }
+
+/// Puts the first `blocks` blocks of `prompt` in the cache of `worker` (model `m`, 16-token
+/// blocks) straight into the partition's index, as its engine would report them.
+pub fn cache_blocks(
+    service: &TestService,
+    worker: dynamo_kv_router::router::WorkerId,
+    prompt: &[u32],
+    blocks: usize,
+) {
+    use dynamo_kv_router::kv::{
+        EngineBlockHash, KvCacheEventData, RouterEvent, block_hashes, sequence_hashes,
+    };
+    let key = kv_router_service::worker_record::PartitionKey {
+        model_name: "m".to_owned(),
+        routing_group: "default".to_owned(),
+    };
+    let partition = service.service.partition(&key).expect("partition m");
+    let local = block_hashes(prompt, 16);
+    let seqs = sequence_hashes(&local);
+    let stored = (0..blocks).map(|i| (EngineBlockHash(seqs[i].0 ^ 0xE0), local[i]));
+    let event = RouterEvent::new(worker, 0, KvCacheEventData::stored(None, stored));
+    let _ = partition.router.apply_event(&event);
+}

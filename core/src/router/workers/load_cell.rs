@@ -64,6 +64,11 @@ impl WorkerLoadCell {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Adds blocks held without hashes to a live booking (its generated output).
+    pub(crate) fn add_untracked_blocks(&self, blocks: u64) {
+        self.blocks.fetch_add(blocks, Ordering::Relaxed);
+    }
+
     /// Gives back a booking's prefill tokens (prefill completed).
     pub(crate) fn sub_prefill(&self, prefill_tokens: u64) {
         self.prefill_tokens
