@@ -181,27 +181,34 @@ mod tests {
     fn a_writer_gets_in_between_overlapping_readers() {
         let lock = Arc::new(StateLock::new(0u64));
         let done = Arc::new(AtomicBool::new(false));
+        let reading = Arc::new(AtomicU32::new(0));
         let readers: Vec<_> = (0..2)
             .map(|_| {
-                let (lock, done) = (Arc::clone(&lock), Arc::clone(&done));
+                let (lock, done, reading) =
+                    (Arc::clone(&lock), Arc::clone(&done), Arc::clone(&reading));
                 std::thread::spawn(move || {
-                    let mut reads = 0u64;
+                    let mut first = true;
                     while !done.load(Ordering::Acquire) {
                         let guard = lock.read();
+                        if first {
+                            reading.fetch_add(1, Ordering::AcqRel);
+                            first = false;
+                        }
                         std::thread::sleep(Duration::from_micros(300));
                         drop(guard);
-                        reads += 1;
                     }
-                    reads
                 })
             })
             .collect();
+        while reading.load(Ordering::Acquire) < 2 {
+            std::thread::yield_now();
+        }
         for _ in 0..20 {
             *lock.write() += 1;
         }
         done.store(true, Ordering::Release);
         for reader in readers {
-            assert!(reader.join().expect("a reader finished") > 0);
+            reader.join().expect("a reader finished");
         }
         assert_eq!(*lock.read(), 20);
     }
