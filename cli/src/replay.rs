@@ -8,8 +8,8 @@ use dynamo_kv_router::config::ConfigOverrides;
 use dynamo_kv_router::plugins::PolicyRegistry;
 use dynamo_kv_router::router::RouterMode;
 use kv_router_replay::{
-    ClusterConfig, ReplayOptions, SyntheticWorkload, builtin_configs, compare, load_config_file,
-    read_trace_file,
+    BadLine, ClusterConfig, Comparison, ReplayConfig, ReplayOptions, SyntheticWorkload, Workload,
+    builtin_configs, compare, load_config_file, read_trace_file,
 };
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,29 +62,49 @@ pub struct ReplayArgs {
     pub sync_lag: u64,
 }
 
-/// Runs `kv-router replay`.
+/// Runs `kv-router replay`: loads the configurations and the workload, replays it, writes the
+/// comparison (and the HTML report), and fails if the simulation and the router disagree.
 pub fn run(
     args: &ReplayArgs,
     registry: &PolicyRegistry,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let failed = |message: String| CommandError::Replay { message };
+    let configs = configurations(args, registry)?;
+    let (workload, bad_lines) = workload(args)?;
+    let comparison = compare(&workload.prepare(), bad_lines, &configs, &options(args))
+        .map_err(|e| failed(e.to_string()))?;
+    write_comparison(args, &comparison, out)?;
+    check_invariants(&comparison)
+}
+
+/// A replay failure with `message`.
+fn failed(message: String) -> CommandError {
+    CommandError::Replay { message }
+}
+
+/// The configurations to compare: the files given, or the built-in ones.
+fn configurations(
+    args: &ReplayArgs,
+    registry: &PolicyRegistry,
+) -> Result<Vec<ReplayConfig>, CommandError> {
     let overrides = ConfigOverrides {
         router_mode: args.router_mode,
     };
     let configs = if args.configs.is_empty() {
-        builtin_configs(registry, &overrides).map_err(|error| CommandError::Config {
-            rendered: error.rendered,
-        })?
+        builtin_configs(registry, &overrides)
     } else {
         args.configs
             .iter()
             .map(|path| load_config_file(path, registry, &overrides))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| CommandError::Config {
-                rendered: error.rendered,
-            })?
     };
+    configs.map_err(|error| CommandError::Config {
+        rendered: error.rendered,
+    })
+}
+
+/// The workload to replay (the trace's, or a generated one) and the trace lines skipped.
+fn workload(args: &ReplayArgs) -> Result<(Workload, Vec<BadLine>), CommandError> {
     let (workload, bad_lines) = match &args.trace {
         Some(path) => {
             let trace = read_trace_file(path, args.strict).map_err(|e| failed(e.to_string()))?;
@@ -105,7 +125,12 @@ pub fn run(
             "the workload has no request; use --sessions 1 or more".into(),
         ));
     }
-    let options = ReplayOptions {
+    Ok((workload, bad_lines))
+}
+
+/// The simulated cluster and the replay's router options.
+fn options(args: &ReplayArgs) -> ReplayOptions {
+    ReplayOptions {
         cluster: ClusterConfig {
             workers_per_role: args.workers,
             kv_capacity_blocks: args.kv_blocks,
@@ -117,9 +142,15 @@ pub fn run(
         router_seed: args.seed,
         replicas: args.replicas,
         sync_lag: args.sync_lag,
-    };
-    let comparison = compare(&workload.prepare(), bad_lines, &configs, &options)
-        .map_err(|e| failed(e.to_string()))?;
+    }
+}
+
+/// Writes the comparison to `out` (a table, or JSON) and the HTML report, if asked for.
+fn write_comparison(
+    args: &ReplayArgs,
+    comparison: &Comparison,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     if args.json {
         writeln!(out, "{}", comparison.to_json())?;
     } else {
@@ -136,6 +167,11 @@ pub fn run(
             writeln!(out, "report: {}", path.display())?;
         }
     }
+    Ok(())
+}
+
+/// Fails if the simulated workers and the router's index disagreed during the replay.
+fn check_invariants(comparison: &Comparison) -> Result<(), CommandError> {
     let violations = comparison.invariant_violations();
     if !violations.is_empty() {
         return Err(CommandError::Inconsistent {

@@ -13,9 +13,13 @@
 //! 1. [`rng`]: SplitMix64, the seedable random source (no imports).
 //! 2. [`identity`] and [`block_identity`]: who caches (a worker and the role it serves) and
 //!    what is cached (the block identities of the KV events).
-//! 3. [`kv`]: KV events, block hashing and the index of which worker caches which block.
+//! 3. [`kv`]: KV events and where their blocks live, block hashing, and the index of which
+//!    worker caches which block (its overlap pass gives each candidate's cached prefix and the
+//!    engine ids it recorded, and says whose those ids are).
 //! 4. [`plugins`]: the plugin API (policies, their contexts, parameters and commitments) and
-//!    the [`PolicyRegistry`](plugins::PolicyRegistry) of every linked policy.
+//!    the [`PolicyRegistry`](plugins::PolicyRegistry) of every linked policy. It implements its
+//!    block lookup for the index ([`plugins::BlockLookup`] for [`kv::KvIndex`]), so that `kv`
+//!    needs nothing from above.
 //! 5. [`wire`]: the hint envelope as it travels to the engine.
 //! 6. [`setup`]: what a router runs per role (its mode and constructed policies), as
 //!    configuration loading produces it.

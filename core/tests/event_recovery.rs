@@ -8,7 +8,6 @@ use dynamo_kv_router::kv::{
     EngineBlockHash, EventOutcome, KvCacheEventData, KvIndex, LocalBlockHash, RouterEvent,
     SequenceHash, next_sequence_hash,
 };
-use dynamo_kv_router::plugins::BlockLookup;
 use dynamo_kv_router::router::WorkerId;
 use proptest::prelude::*;
 use std::collections::BTreeMap;

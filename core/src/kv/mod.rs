@@ -6,6 +6,7 @@ mod block_table;
 pub mod event;
 mod event_cursor;
 pub mod event_outcome;
+pub mod event_placement;
 pub mod hashing;
 pub mod index;
 mod index_hasher;
@@ -13,11 +14,11 @@ pub mod request_identity;
 
 pub use crate::block_identity::{EngineBlockHash, LocalBlockHash, SequenceHash};
 pub use event::{
-    BlockExtraInfo, BlockMmObjectInfo, EventPlacement, KvCacheEvent, KvCacheEventData,
-    KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData, MalformedEvent, ResidencyDomain,
-    RouterEvent, StorageTier,
+    BlockExtraInfo, BlockMmObjectInfo, KvCacheEvent, KvCacheEventData, KvCacheRemoveData,
+    KvCacheStoreData, KvCacheStoredBlockData, MalformedEvent, RouterEvent,
 };
 pub use event_outcome::{EventOutcome, IgnoreReason};
+pub use event_placement::{EventPlacement, ResidencyDomain, StorageTier};
 pub use hashing::{
     HASH_SEED, SequenceHashes, block_hashes, full_blocks, local_block_hashes, next_sequence_hash,
     salt_seed, sequence_hashes, sequence_hashes_for_request, sequence_hashes_for_tokens,

@@ -3,6 +3,7 @@
 use super::{Candidate, SessionContext};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::{Role, WorkerId};
+use crate::kv::KvIndex;
 
 /// Resolves the engine's own block ids (what `kv.fetch` payloads name) from the router's index.
 pub trait BlockLookup: Send + Sync {
@@ -43,6 +44,17 @@ impl BlockLookup for NoBlockLookup {
         _sequence_hash: SequenceHash,
     ) -> Option<EngineBlockHash> {
         None
+    }
+}
+
+/// The router's index answers for every worker it tracks.
+impl BlockLookup for KvIndex {
+    fn engine_block_hash(
+        &self,
+        worker: WorkerId,
+        sequence_hash: SequenceHash,
+    ) -> Option<EngineBlockHash> {
+        KvIndex::engine_block_hash(self, worker, sequence_hash)
     }
 }
 

@@ -105,11 +105,16 @@ fn draw(svg: &mut String, axes: &Axes<'_>, style: Style, series: &[Series]) -> R
     match style {
         Style::Lines => {
             let x = bounds.x_min..bounds.x_max;
-            plot_lines(&plot, axes, x, y_top, series, &|v| axis_number(*v))?;
+            let key_points = LINEAR_KEY_POINTS;
+            plot_lines(&plot, axes, x, key_points, y_top, series, &|v| {
+                axis_number(*v)
+            })?;
         }
         Style::LogLines => {
-            let x = (bounds.x_min.max(1e-3)..bounds.x_max.max(1e-3) * 1.05).log_scale();
-            plot_lines(&plot, axes, x, y_top, series, &log_axis_number)?;
+            let (low, high) = bounds.log_range();
+            let x = (low..high).log_scale();
+            let key_points = log_key_points(low, high);
+            plot_lines(&plot, axes, x, key_points, y_top, series, &log_axis_number)?;
         }
         Style::Bars => plot_bars(&plot, axes, &bounds, y_top, series)?,
     }
@@ -157,6 +162,32 @@ impl Bounds {
             y_top,
         }
     }
+
+    /// The x extent of a logarithmic axis, to a little past the data. Plotters ticks only the
+    /// decades that start inside the axis, so it starts at the power of ten below the data
+    /// when that leaves less than half a decade empty (data from 12 ms gets its ticks at 20 and
+    /// 50 ms); further below, it starts at the data.
+    fn log_range(&self) -> (f64, f64) {
+        let low = self.x_min.max(1e-3);
+        let exponent = low.log10();
+        let low = if exponent - exponent.floor() < 0.5 {
+            10f64.powi(exponent.floor() as i32)
+        } else {
+            low
+        };
+        (low, self.x_max.max(low) * 1.05)
+    }
+}
+
+/// Key points a linear x axis asks plotters for (plotters' own default).
+const LINEAR_KEY_POINTS: usize = 10;
+
+/// Key points a logarithmic x axis from `low` to `high` asks plotters for: enough that it puts
+/// a tick at 1 to 9 times every power of ten (only 1, 2 and 5 are labelled, see
+/// [`log_axis_number`]).
+fn log_key_points(low: f64, high: f64) -> usize {
+    let decades = (high / low).log10().ceil().max(1.0) as usize;
+    10 * decades + 1
 }
 
 /// A number on an axis: as few digits as its size needs.
@@ -205,6 +236,7 @@ fn plot_lines<X>(
     area: &Area<'_>,
     axes: &Axes<'_>,
     x: X,
+    x_key_points: usize,
     y_top: f64,
     series: &[Series],
     x_format: &dyn Fn(&f64) -> String,
@@ -220,6 +252,7 @@ where
         .configure_mesh()
         .x_desc(axes.x_label)
         .y_desc(axes.y_label)
+        .x_labels(x_key_points)
         .x_label_formatter(x_format)
         .y_label_formatter(&|v| axis_number(*v))
         .light_line_style(WHITE.mix(0.0))
@@ -335,4 +368,66 @@ fn shorten(label: &str) -> String {
     }
     let kept: String = label.chars().take(LEGEND_CHARS - 1).collect();
     format!("{kept}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The x-axis labels of a logarithmic chart of one series over `xs`.
+    fn log_axis_labels(xs: &[f64]) -> Vec<String> {
+        let axes = Axes {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            y_max: Some(1.0),
+        };
+        let series = [Series {
+            label: "one".into(),
+            points: xs.iter().map(|x| (*x, 0.5)).collect(),
+            owner: Owner::Config {
+                config: 0,
+                stage: 0,
+            },
+        }];
+        let svg = chart(&axes, Style::LogLines, &series);
+        let document = roxmltree::Document::parse(&svg).unwrap();
+        document
+            .descendants()
+            .filter(|node| node.has_tag_name("text"))
+            .filter_map(|node| node.text())
+            .map(|text| text.trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_log_axis_labels_the_first_decade_of_data_that_starts_just_above_a_power_of_ten() {
+        let labels = log_axis_labels(&[12.0, 40.0, 150.0, 420.0]);
+        for wanted in ["20", "50", "100", "200"] {
+            assert!(
+                labels.iter().any(|label| label == wanted),
+                "{wanted} in {labels:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_log_axis_starts_at_the_data_when_the_power_of_ten_below_is_far() {
+        assert_eq!(
+            Bounds::of(
+                &[Series {
+                    label: String::new(),
+                    points: vec![(60.0, 1.0), (400.0, 1.0)],
+                    owner: Owner::Reference,
+                }],
+                Style::LogLines
+            )
+            .log_range()
+            .0,
+            60.0
+        );
+        let labels = log_axis_labels(&[60.0, 400.0]);
+        assert!(labels.iter().any(|label| label == "100"), "{labels:?}");
+        assert!(!labels.iter().any(|label| label == "10"), "{labels:?}");
+    }
 }

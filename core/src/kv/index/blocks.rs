@@ -7,7 +7,6 @@ use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::WorkerId;
 use crate::kv::block_table::key_hash;
 use crate::kv::index_hasher::mix;
-use crate::plugins::BlockLookup;
 
 /// One distinct block in the slab.
 #[derive(Clone, Copy, Debug, Default)]
@@ -318,8 +317,10 @@ impl KvIndex {
     }
 }
 
-impl BlockLookup for KvIndex {
-    fn engine_block_hash(
+impl KvIndex {
+    /// The engine hash `worker` reported for the block `sequence_hash`, if it holds the block
+    /// (what a booking's `BlockLookup` answers).
+    pub fn engine_block_hash(
         &self,
         worker: WorkerId,
         sequence_hash: SequenceHash,

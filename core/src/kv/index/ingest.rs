@@ -6,9 +6,10 @@ use super::blocks::{overflow_key, split};
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
 use crate::kv::block_table::key_hash;
-use crate::kv::event::{EventPlacement, KvCacheEventData, KvCacheStoreData, RouterEvent};
+use crate::kv::event::{KvCacheEventData, KvCacheStoreData, RouterEvent};
 use crate::kv::event_cursor::Admission;
 use crate::kv::event_outcome::{EventOutcome, IgnoreReason};
+use crate::kv::event_placement::EventPlacement;
 use crate::kv::hashing::next_sequence_hash;
 
 /// How many blocks of a stored event ahead of the one being stored the table slots are
