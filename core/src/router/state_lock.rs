@@ -28,7 +28,7 @@ const READER_SPIN: Duration = Duration::from_micros(50);
 /// How long a reader yields between attempts before it queues fairly (and parks).
 const READER_YIELD: Duration = Duration::from_millis(2);
 /// How long a writer waits for waiting readers to get in before it takes the lock anyway.
-const WRITER_DEFER: Duration = Duration::from_micros(4);
+const WRITER_DEFER: Duration = Duration::from_micros(20);
 /// How long a writer spins for the readers inside to leave before it queues fairly.
 const WRITER_SPIN: Duration = Duration::from_micros(200);
 /// Attempts between two looks at the clock.
