@@ -455,6 +455,58 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
             .collect();
         assert_eq!(index.distinct_blocks(), distinct.len());
     }
+    check_dump_rebuilds(&index, filler_workers, &all);
+}
+
+/// Every path of `depth` letters from the root.
+fn all_paths(depth: usize) -> Vec<Vec<SequenceHash>> {
+    let mut paths = vec![Vec::new()];
+    for _ in 0..depth {
+        paths = paths
+            .into_iter()
+            .flat_map(|path: Vec<u8>| {
+                (0..3).map(move |letter| {
+                    let mut longer = path.clone();
+                    longer.push(letter);
+                    longer
+                })
+            })
+            .collect();
+    }
+    paths.iter().map(|path| seq_path(path)).collect()
+}
+
+/// The dump, read back from its JSON and restored into an empty index with the same workers,
+/// gives every worker the same prefix on every path and the same engine hashes along it.
+fn check_dump_rebuilds(index: &KvIndex, filler_workers: usize, all: &[WorkerId]) {
+    let events = index.dump_events();
+    let mut copy = KvIndex::new();
+    for filler in 0..filler_workers {
+        copy.add_worker(WorkerId::new(1_000_000 + filler as u64, 0));
+    }
+    for worker in all {
+        copy.add_worker(*worker);
+    }
+    for (n, event) in events.iter().enumerate() {
+        assert_eq!(event.event_id(), n as u64, "event ids count from 0");
+        let reread = RouterEvent::from_json(&event.to_json()).unwrap();
+        assert_eq!(copy.restore(&reread), EventOutcome::Applied, "{event:?}");
+    }
+    let (mut original, mut rebuilt) = (Vec::new(), Vec::new());
+    for path in all_paths(6) {
+        index.prefix_lengths(&path, all, &mut original);
+        copy.prefix_lengths(&path, all, &mut rebuilt);
+        assert_eq!(original, rebuilt, "path {path:?}, dump {events:?}");
+        for (worker, depth) in all.iter().zip(&original) {
+            for seq in &path[..*depth] {
+                assert_eq!(
+                    copy.engine_block_hash(*worker, *seq),
+                    index.engine_block_hash(*worker, *seq),
+                    "worker {worker}"
+                );
+            }
+        }
+    }
 }
 
 proptest! {

@@ -103,39 +103,86 @@ fn book_on_an_unknown_worker_or_other_role_reserves_nothing() {
 
 #[test]
 fn exported_events_rebuild_the_same_lookups() {
+    use dynamo_kv_router::kv::{KvCacheEventData, RouterEvent, block_hashes, sequence_hashes};
     let router = hinting_router();
+    // Worker 1 caches 4 blocks of `first`, stored in two events; worker 2 caches its first 3
+    // blocks and, after the second, a branch of 2 blocks of `second`.
     let first = tokens(16, 3);
-    let second = tokens(12, 4);
-    router.apply_event(&stored(worker(1), 0, &first, 4));
-    router.apply_event(&stored(worker(2), 0, &second, 2));
+    let mut second = first[..8].to_vec();
+    second.extend(tokens(8, 4));
+    router.apply_event(&stored_range(worker(1), 0, &first, 0..2));
+    router.apply_event(&stored_range(worker(1), 1, &first, 2..4));
+    router.apply_event(&stored(worker(2), 0, &first, 2));
+    router.apply_event(&stored_range(worker(2), 1, &second, 2..4));
+    router.apply_event(&stored_range(worker(2), 2, &first, 2..3));
     let events = router.export_events();
-    assert_eq!(events.len(), 6);
-    assert!(events.iter().all(|event| event.block_count() == 1));
 
+    // Upstream's form: one event per chain segment, local hashes as `tokens_hash`, chained
+    // through the worker's engine hashes, ids counting from 0 across the dump.
+    let local = |prompt: &[u32]| block_hashes(prompt, BLOCK_SIZE);
+    let engines = |prompt: &[u32]| -> Vec<_> {
+        sequence_hashes(&local(prompt))
+            .into_iter()
+            .map(engine_of)
+            .collect()
+    };
+    let expected = [
+        RouterEvent::new(
+            worker(1),
+            0,
+            KvCacheEventData::stored(None, engines(&first).into_iter().zip(local(&first))),
+        ),
+        RouterEvent::new(
+            worker(2),
+            1,
+            KvCacheEventData::stored(None, engines(&first).into_iter().zip(local(&first)).take(2)),
+        ),
+        RouterEvent::new(
+            worker(2),
+            2,
+            KvCacheEventData::stored(
+                Some(engines(&first)[1]),
+                engines(&first)
+                    .into_iter()
+                    .zip(local(&first))
+                    .skip(2)
+                    .take(1),
+            ),
+        ),
+        RouterEvent::new(
+            worker(2),
+            3,
+            KvCacheEventData::stored(
+                Some(engines(&first)[1]),
+                engines(&second).into_iter().zip(local(&second)).skip(2),
+            ),
+        ),
+    ];
+    assert_eq!(events, expected);
+
+    // Dump ids number the dump, not each engine's stream, so a copy restores them outside the
+    // engines' numbering.
     let copy = hinting_router();
-    for event in &events {
-        assert_eq!(
-            copy.apply_event(event),
-            dynamo_kv_router::router::EventOutcome::Applied
-        );
-    }
-    for (prompt, id) in [(&first, 1), (&second, 2)] {
-        let hashes = dynamo_kv_router::kv::sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
-        assert_eq!(
-            copy.cached_prefix(worker(id), &hashes),
-            router.cached_prefix(worker(id), &hashes)
-        );
-        assert!(copy.cached_prefix(worker(id), &hashes) > 0);
-    }
-    let reread: Vec<_> = events
+    let reread: Vec<RouterEvent> = events
         .iter()
-        .map(|event| dynamo_kv_router::kv::RouterEvent::from_json(&event.to_json()).ok())
+        .map(|event| RouterEvent::from_json(&event.to_json()).expect("the dump reads back"))
         .collect();
-    assert!(
-        reread
-            .iter()
-            .zip(&events)
-            .all(|(again, event)| again.as_ref() == Some(event))
+    assert_eq!(copy.restore_events(&reread), 4 + 5);
+    for prompt in [&first, &second] {
+        let hashes = dynamo_kv_router::kv::sequence_hashes_for_tokens(prompt, BLOCK_SIZE);
+        for id in [1, 2] {
+            assert_eq!(
+                copy.cached_prefix(worker(id), &hashes),
+                router.cached_prefix(worker(id), &hashes)
+            );
+        }
+    }
+    assert_eq!(
+        copy.cached_prefix(
+            worker(2),
+            &dynamo_kv_router::kv::sequence_hashes_for_tokens(&second, BLOCK_SIZE)
+        ),
+        4
     );
 }
 

@@ -151,8 +151,9 @@ impl SelectionService {
     }
 
     /// `GET /dump`: per partition (`"model:group"`), its block size and its index as upstream
-    /// `RouterEvent`s (see `Router::export_events`: one root `stored` event per block a worker
-    /// holds, whose `tokens_hash` is the block's sequence hash).
+    /// `RouterEvent`s in upstream's dump form (see `Router::export_events`: per worker rank,
+    /// `stored` events of local hashes chained through the worker's engine hashes, parents
+    /// first), which this project's index and upstream's radix trees rebuild.
     pub fn dump(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
         for partition in self.partitions() {

@@ -1,11 +1,17 @@
 //! The service's state as one value (the worker records and the index as upstream
 //! `RouterEvent`s, the shape of `GET /workers` and `GET /dump`) and its snapshot file.
 //!
-//! File format: the 8-byte magic `KVRSNAP1`, the payload length (u64 little-endian), the
+//! File format: the 8-byte magic `KVRSNAP2`, the payload length (u64 little-endian), the
 //! payload's XXH3-64 checksum (u64 little-endian), then the payload (JSON). A file whose
 //! magic, length or checksum does not match is rejected whole, never applied in part. Files
 //! are written to `PATH.tmp`, synced, then renamed over `PATH`, so a crash mid-write leaves
 //! the previous snapshot.
+//!
+//! Format 2 holds the index in upstream's dump form (local hashes chained through parents).
+//! Format 1 (`KVRSNAP1`) held one root event per block with its sequence hash as
+//! `tokens_hash`: it lacks the blocks' local hashes, so an index restored from it could not
+//! dump itself in upstream's form, and its files are refused (the replica starts cold and the
+//! engines' replays refill it).
 
 use crate::selection_service::SelectionService;
 use crate::worker_record::{PartitionKey, WorkerRequest};
@@ -14,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"KVRSNAP1";
+const MAGIC: &[u8; 8] = b"KVRSNAP2";
+/// The magic of format 1, whose files are refused.
+const MAGIC_V1: &[u8; 8] = b"KVRSNAP1";
 const HEADER: usize = 24;
 
 /// One partition of a dump: upstream's `{block_size, events}`.
@@ -22,7 +30,7 @@ const HEADER: usize = 24;
 pub struct DumpEntry {
     /// Tokens per block.
     pub block_size: u32,
-    /// The index as stored events.
+    /// The index as upstream's stored events (see `Router::export_events`).
     pub events: Vec<RouterEvent>,
 }
 
@@ -40,7 +48,7 @@ pub struct RouterState {
 pub struct Restored {
     /// Workers registered.
     pub workers: usize,
-    /// Blocks restored into the index.
+    /// (worker, block) memberships restored into the index.
     pub blocks: usize,
 }
 
@@ -62,6 +70,14 @@ pub enum SnapshotError {
         path: PathBuf,
         /// What did not match.
         reason: String,
+    },
+    /// The file was written by an earlier version, in a format this one does not read.
+    #[error(
+        "snapshot {path} was written by an earlier version of kv-router (format 1: blocks without their local hashes, which upstream's dump form needs); ignoring it and starting cold: the engines' replays refill the index, and the next snapshot is written in the current format"
+    )]
+    OldFormat {
+        /// The file.
+        path: PathBuf,
     },
     /// The state is not what `GET /workers` and `GET /dump` answer.
     #[error("malformed router state: {0}")]
@@ -163,8 +179,13 @@ impl RouterState {
             path: path.to_owned(),
             reason,
         };
+        if bytes.len() >= 8 && &bytes[..8] == MAGIC_V1 {
+            return Err(SnapshotError::OldFormat {
+                path: path.to_owned(),
+            });
+        }
         if bytes.len() < HEADER || &bytes[..8] != MAGIC {
-            return Err(corrupt("no KVRSNAP1 header".to_owned()));
+            return Err(corrupt("no KVRSNAP2 header".to_owned()));
         }
         let length = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
         let checksum = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
@@ -211,9 +232,14 @@ impl RouterState {
         }
     }
 
-    /// Blocks in the state's index.
+    /// Blocks the state's dump events store (a worker's block is written once, or again on a
+    /// path written from the root).
     pub fn blocks(&self) -> usize {
-        self.dump.values().map(|entry| entry.events.len()).sum()
+        self.dump
+            .values()
+            .flat_map(|entry| &entry.events)
+            .map(RouterEvent::block_count)
+            .sum()
     }
 }
 
@@ -255,5 +281,16 @@ mod tests {
                 .to_string()
                 .contains("checksum mismatch")
         );
+    }
+
+    #[test]
+    fn a_format_1_file_is_refused_with_a_clear_message() {
+        let mut bytes = state().encode();
+        bytes[..8].copy_from_slice(MAGIC_V1);
+        let error = RouterState::decode(Path::new("snap"), &bytes).unwrap_err();
+        assert!(matches!(error, SnapshotError::OldFormat { .. }), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("earlier version"), "{message}");
+        assert!(message.contains("starting cold"), "{message}");
     }
 }

@@ -461,15 +461,7 @@ async fn overlap_scores_and_metrics() {
         unready.json(),
         json!({"error": "no schedulable workers are available"})
     );
-    for id in [3, 1] {
-        expect_status(
-            &client
-                .post_json("/workers", &worker_body(id))
-                .await
-                .expect("register"),
-            201,
-        );
-    }
+    register_workers(&mut client, [3, 1]).await;
     let scores = client
         .post_json(
             "/overlap_scores",

@@ -13,15 +13,7 @@ const BOOKINGS_PER_CLIENT: usize = 40;
 async fn concurrent_bookings_and_releases_balance() {
     let service = start(DEFAULT_YAML).await;
     let mut admin = service.client().await;
-    for id in 1..=4 {
-        expect_status(
-            &admin
-                .post_json("/workers", &worker_body(id))
-                .await
-                .expect("register"),
-            201,
-        );
-    }
+    register_workers(&mut admin, 1..=4).await;
     let mut clients = Vec::new();
     for client_index in 0..CLIENTS {
         let mut client = service.client().await;

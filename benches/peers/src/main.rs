@@ -10,6 +10,7 @@
 
 mod concurrent;
 mod counting_alloc;
+mod dump_interop;
 mod engines;
 mod measure;
 mod report;
@@ -52,7 +53,8 @@ struct Args {
     /// Workers in the trace replay.
     #[arg(long, default_value_t = 16)]
     trace_workers: u32,
-    /// Only these phases (comma-separated: synthetic, trace, concurrent); all by default.
+    /// Only these phases (comma-separated: synthetic, trace, concurrent, dump); all by default.
+    /// `dump` checks that our index's dump rebuilds upstream's `RadixTree` and CRTC.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -121,6 +123,46 @@ fn report_mismatches(reports: &[EngineReport]) -> usize {
     total
 }
 
+/// The dump interop checks on the synthetic workload and the trace, for every flavour of
+/// engine ids; returns the failures (mismatched depths and rejected events).
+fn dump_checks(
+    synthetic: Option<&Workload>,
+    trace: Option<&std::path::Path>,
+    args: &Args,
+) -> usize {
+    let bar = progress_bar();
+    let trace = trace.and_then(|path| {
+        match trace_workload::build(path, args.trace_workers, args.trace_capacity, &bar) {
+            Ok(workload) => Some(workload),
+            Err(error) => {
+                eprintln!("error: {error}");
+                None
+            }
+        }
+    });
+    bar.finish_and_clear();
+    let mut checks = Vec::new();
+    for workload in synthetic.into_iter().chain(trace.as_ref()) {
+        for ids in dump_interop::EngineIds::ALL {
+            eprintln!("dump interop: {} ({ids:?})", workload.name);
+            checks.push(dump_interop::check(workload, ids));
+        }
+    }
+    println!(
+        "### Our dump read by upstream\n\n{}",
+        dump_interop::table(&checks)
+    );
+    println!("(load average after: {})\n", load_average());
+    let mut failures = 0;
+    for check in &checks {
+        for example in &check.examples {
+            eprintln!("DUMP MISMATCH {}: {example}", check.name);
+        }
+        failures += check.failures();
+    }
+    failures
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let wants = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
@@ -134,7 +176,7 @@ fn main() -> ExitCode {
         find_rounds: args.rounds.max(1),
         ingest_runs: args.ingest_runs.max(1),
     };
-    let needs_synthetic = wants("synthetic") || wants("concurrent");
+    let needs_synthetic = wants("synthetic") || wants("concurrent") || wants("dump");
     let synthetic = needs_synthetic.then(|| {
         let bar = progress_bar();
         let workload = synthetic::build(&synthetic::SyntheticSpec::default(), &bar);
@@ -148,6 +190,9 @@ fn main() -> ExitCode {
         println!("{}", report::engines_table(&workload.name, &reports));
         println!("(load average after: {})\n", load_average());
         mismatches += report_mismatches(&reports);
+    }
+    if wants("dump") {
+        mismatches += dump_checks(synthetic.as_ref(), args.trace.as_deref(), &args);
     }
     if wants("trace") {
         match &args.trace {
@@ -195,7 +240,9 @@ fn main() -> ExitCode {
         println!("(load average after: {})\n", load_average());
     }
     if mismatches > 0 {
-        eprintln!("error: {mismatches} overlap depths disagree with the oracle");
+        eprintln!(
+            "error: {mismatches} overlap depths disagree (with the oracle, or between our index and upstream reading its dump)"
+        );
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -40,10 +40,9 @@ pub use request::{Prompt, RouteRequest};
 pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
-use crate::block_identity::{LocalBlockHash, SequenceHash};
+use crate::block_identity::SequenceHash;
 use crate::kv::{
-    BatchProgress, KvCacheEventData, KvIndex, RouterEvent, WorkerIndexState,
-    sequence_hashes_for_request,
+    BatchProgress, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
@@ -255,26 +254,14 @@ impl Router {
         self.state.write().index.abandon_recovery(worker)
     }
 
-    /// The index as upstream `RouterEvent`s, worker by worker (sorted): one `stored` event per
-    /// block a worker holds, numbered from 0, each a root block whose `tokens_hash` is the
-    /// block's sequence hash. Applied to an empty router with the same workers, the events
-    /// rebuild the same lookups (a root block's sequence hash is its local hash).
+    /// The index as upstream `RouterEvent`s, as upstream's indexers dump it (see
+    /// [`KvIndex::dump_events`](crate::kv::KvIndex::dump_events)): per worker, `stored` events of
+    /// local hashes chained through the worker's engine hashes, parents first, numbered from 0
+    /// across the dump. Restored into an empty router with the same workers
+    /// ([`Router::restore_events`]) or applied to upstream's radix trees, they rebuild every
+    /// worker's overlap.
     pub fn export_events(&self) -> Vec<RouterEvent> {
-        let state = self.state.read();
-        let mut events = Vec::new();
-        for entry in state.workers.iter() {
-            let worker = entry.info.id;
-            let mut blocks = state.index.worker_blocks(worker);
-            blocks.sort_unstable();
-            events.extend(blocks.into_iter().enumerate().map(|(id, (seq, engine))| {
-                RouterEvent::new(
-                    worker,
-                    id as u64,
-                    KvCacheEventData::stored(None, [(engine, LocalBlockHash(seq.get()))]),
-                )
-            }));
-        }
-        events
+        self.state.read().index.dump_events()
     }
 
     /// What the index knows about `worker`: blocks held, last event id, pending replay.

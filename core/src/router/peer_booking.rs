@@ -11,7 +11,7 @@
 use super::workers::ActiveChain;
 use super::{BookError, Router, WorkerId};
 use crate::block_identity::SequenceHash;
-use crate::kv::{EventOutcome, RouterEvent};
+use crate::kv::RouterEvent;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -80,13 +80,15 @@ impl Router {
 
     /// Applies events copied from another router (a peer's `/dump`, a snapshot) to the
     /// registered workers without touching their engine event numbering (see
-    /// [`KvIndex::restore`](crate::kv::KvIndex::restore)); returns how many were applied.
+    /// [`KvIndex::restore`](crate::kv::KvIndex::restore)); returns how many (worker, block)
+    /// memberships they added.
     pub fn restore_events(&self, events: &[RouterEvent]) -> usize {
         let mut state = self.state.write();
-        events
-            .iter()
-            .filter(|event| state.index.restore(event) == EventOutcome::Applied)
-            .count()
+        let before = state.index.memberships();
+        for event in events {
+            state.index.restore(event);
+        }
+        state.index.memberships().saturating_sub(before)
     }
 
     fn expire_peer_bookings_at(&self, now: Instant) -> u64 {

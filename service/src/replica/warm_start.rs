@@ -11,10 +11,11 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest answer body a warm start accepts from a peer, by default (1 GiB; the
 /// `--peer-dump-max-mib` flag changes it). The dump of 64 workers × 16,384 cached blocks is
-/// 274 MB (BENCHMARKS.md), so this leaves about four times that; it bounds what a starting
-/// replica allocates for a peer's answer (held whole, then parsed) when the peer is much
-/// larger than expected or not a router at all. A larger answer is refused before it is read
-/// and the replica starts cold (or from its snapshot), saying so.
+/// about 76 MB (BENCHMARKS.md; more where workers report shared blocks under engine ids of
+/// their own), so this leaves ample room; it bounds what a starting replica allocates for a
+/// peer's answer (held whole, then parsed) when the peer is much larger than expected or not
+/// a router at all. A larger answer is refused before it is read and the replica starts cold
+/// (or from its snapshot), saying so.
 pub const DEFAULT_MAX_DUMP_BYTES: usize = 1 << 30;
 
 /// How the replica started.

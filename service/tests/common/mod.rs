@@ -99,6 +99,19 @@ pub fn worker_body(id: u64) -> Value {
     })
 }
 
+/// Registers workers `ids` (each [`worker_body`]) through `client`, expecting 201 for each.
+pub async fn register_workers(client: &mut LoopbackClient, ids: impl IntoIterator<Item = u64>) {
+    for id in ids {
+        expect_status(
+            &client
+                .post_json("/workers", &worker_body(id))
+                .await
+                .expect("register"),
+            201,
+        );
+    }
+}
+
 /// `n` tokens of prompt `salt`.
 pub fn tokens(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32)

@@ -2,6 +2,7 @@
 //! engine hash, the override records of engine hashes that are not canonical, and the
 //! bookkeeping of which worker slot holds which block.
 
+use super::block_lineage::Origin;
 use super::{GROUP, KvIndex};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::WorkerId;
@@ -111,16 +112,20 @@ impl KvIndex {
     /// The engine hash `slot` reported for `seq`, if it holds the block.
     fn engine_of(&self, slot: u32, seq: u64) -> Option<u64> {
         let block = self.find_block(seq)?;
-        if !self.holds(slot, block) {
-            return None;
-        }
-        let state = self.slot_state(slot)?;
-        if state.overrides > 0
+        self.holds(slot, block)
+            .then(|| self.engine_of_held(slot, block))
+    }
+
+    /// The engine hash `slot` reported for `block`, which it holds.
+    pub(super) fn engine_of_held(&self, slot: u32, block: u32) -> u64 {
+        if self
+            .slot_state(slot)
+            .is_some_and(|state| state.overrides > 0)
             && let Some(record) = self.override_of(slot, block)
         {
-            return Some(self.overrides[record].engine);
+            return self.overrides[record].engine;
         }
-        Some(self.blocks.get(block).engine)
+        self.blocks.get(block).engine
     }
 
     /// The block `slot` holds under engine hash `engine`, if any.
@@ -137,8 +142,14 @@ impl KvIndex {
         .then_some(block)
     }
 
-    /// A new slab entry for `seq`, indexed by sequence hash.
-    pub(super) fn alloc_block(&mut self, seq: u64, engine: u64, holders: u64) -> u32 {
+    /// A new slab entry for `seq`, indexed by sequence hash, with its lineage.
+    pub(super) fn alloc_block(
+        &mut self,
+        seq: u64,
+        engine: u64,
+        holders: u64,
+        origin: Origin,
+    ) -> u32 {
         let entry = Block {
             seq,
             engine,
@@ -152,6 +163,7 @@ impl KvIndex {
             None => self.blocks.push(entry),
         };
         self.by_seq.insert(key_hash(seq), index);
+        self.lineage.record(index, origin);
         index
     }
 
@@ -181,6 +193,7 @@ impl KvIndex {
         *self.blocks.get_mut(block) = Block::default();
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();
+            self.lineage.pop();
         } else {
             self.free.push(block);
         }
@@ -292,23 +305,30 @@ impl KvIndex {
         (1..groups).any(|group| self.overflow.contains_key(&overflow_key(block, group)))
     }
 
-    /// Drops every block `slot` holds.
-    pub(super) fn clear_slot(&mut self, slot: u32) {
+    /// The slab indices of the blocks `slot` holds, ascending.
+    pub(super) fn held_blocks(&self, slot: u32) -> Vec<u32> {
         let (group, bit) = split(slot);
-        let held: Vec<u32> = if group == 0 {
-            self.blocks
+        if group == 0 {
+            return self
+                .blocks
                 .iter()
                 .filter(|(_, entry)| entry.holders & bit != 0)
                 .map(|(block, _)| block)
-                .collect()
-        } else {
-            self.overflow
-                .iter()
-                .filter(|(key, mask)| (**key as u32) == group && *mask & bit != 0)
-                .map(|(key, _)| (*key >> 32) as u32)
-                .collect()
-        };
-        for block in held {
+                .collect();
+        }
+        let mut held: Vec<u32> = self
+            .overflow
+            .iter()
+            .filter(|(key, mask)| (**key as u32) == group && *mask & bit != 0)
+            .map(|(key, _)| (*key >> 32) as u32)
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Drops every block `slot` holds.
+    pub(super) fn clear_slot(&mut self, slot: u32) {
+        for block in self.held_blocks(slot) {
             self.remove_membership(slot, block);
         }
         if let Some(state) = self.slot_state_mut(slot) {

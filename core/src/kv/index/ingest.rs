@@ -2,6 +2,7 @@
 //! remove or clear blocks (application), with a fast path for stores that need no override.
 
 use super::KvIndex;
+use super::block_lineage::Origin;
 use super::blocks::{overflow_key, split};
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
@@ -227,7 +228,10 @@ impl KvIndex {
         // Whether the previous block missed its guess (a new block, or one stored elsewhere):
         // then the next ones likely miss too, and their table slots are worth prefetching.
         let mut probing = true;
+        let mut previous = parent.map(|(_, seq)| seq.0);
         for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
+            let origin = Origin::new(block.tokens_hash, previous);
+            previous = Some(seq);
             if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
                 self.by_engine.prefetch(key_hash(later.block_hash.0));
                 self.by_seq.prefetch(key_hash(seqs[n + STORE_AHEAD]));
@@ -238,12 +242,12 @@ impl KvIndex {
                     .slot_state(slot)
                     .is_some_and(|state| state.overrides == 0);
             let stored = plain
-                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq, guess))
+                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq, origin, guess))
                 .flatten();
             (guess, probing) = match stored {
                 Some((stored, guessed)) => (stored.wrapping_add(1), !guessed),
                 None => {
-                    self.store(slot, block.block_hash.0, seq);
+                    self.store(slot, block.block_hash.0, seq, origin);
                     (u32::MAX, true)
                 }
             };
@@ -253,7 +257,7 @@ impl KvIndex {
         EventOutcome::Applied
     }
 
-    pub(super) fn store(&mut self, slot: u32, engine: u64, seq: u64) {
+    pub(super) fn store(&mut self, slot: u32, engine: u64, seq: u64, origin: Origin) {
         if let Some(previous) = self.block_of_engine(slot, engine) {
             if self.blocks.get(previous).seq == seq {
                 return;
@@ -269,7 +273,7 @@ impl KvIndex {
         }
         let (block, canonical) = match self.find_block(seq) {
             None => {
-                let block = self.alloc_block(seq, engine, 0);
+                let block = self.alloc_block(seq, engine, 0, origin);
                 self.unowned += 1;
                 (block, self.claim_engine(block))
             }
@@ -304,6 +308,7 @@ impl KvIndex {
         slot: u32,
         engine: u64,
         seq: u64,
+        origin: Origin,
         guess: u32,
     ) -> Option<(u32, bool)> {
         let (_, bit) = split(slot);
@@ -333,7 +338,7 @@ impl KvIndex {
                 if self.find_block(seq).is_some() {
                     return None;
                 }
-                let block = self.alloc_block(seq, engine, bit);
+                let block = self.alloc_block(seq, engine, bit, origin);
                 self.by_engine.insert(key_hash(engine), block);
                 block
             }

@@ -25,8 +25,10 @@
 //! it records), `ingest` (admitting and applying events), `workers` (worker slots and recovery
 //! state) and `counters`.
 
+mod block_lineage;
 mod blocks;
 mod counters;
+mod dump;
 mod ingest;
 mod overlap;
 mod workers;
@@ -35,6 +37,7 @@ use super::block_slab::ChunkedSlab;
 use super::block_table::BlockTable;
 use super::index_hasher::{U64HashBuilder, U64Map};
 use crate::identity::WorkerId;
+use block_lineage::BlockLineage;
 use blocks::{Block, Override};
 use hashbrown::HashTable;
 use std::collections::HashMap;
@@ -52,6 +55,8 @@ const GROUP: usize = 64;
 #[derive(Default)]
 pub struct KvIndex {
     blocks: ChunkedSlab<Block>,
+    /// Each slab entry's local hash and parent (see `block_lineage`), for the dump.
+    lineage: BlockLineage,
     free: Vec<u32>,
     by_seq: BlockTable,
     by_engine: BlockTable,
@@ -81,8 +86,11 @@ impl KvIndex {
     pub fn with_capacity(blocks: usize) -> Self {
         let mut slab = ChunkedSlab::default();
         slab.reserve(blocks);
+        let mut lineage = BlockLineage::default();
+        lineage.reserve(blocks);
         Self {
             blocks: slab,
+            lineage,
             by_seq: BlockTable::with_capacity(blocks),
             by_engine: BlockTable::with_capacity(blocks),
             ..Self::default()
