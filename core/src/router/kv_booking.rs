@@ -6,6 +6,7 @@
 //! work in this thread's [`BookingScratch`].
 
 use super::booking_scratch::{BookingScratch, ScratchGuard};
+use super::candidate_filter::CandidateFilter;
 use super::hint_assembly::{AssembledActions, assemble, panic_message};
 use super::overlap_pass::OverlapPass;
 use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
@@ -53,7 +54,7 @@ impl Router {
         let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
         let candidates = candidates.refresh(workers, overlaps.cached_blocks(), hashes);
         let view = self.request_view(request, hashes, candidates, &overlaps);
-        let selection = self.select(policies, &view)?;
+        let selection = self.select(policies, &view, request.allowed_workers.as_ref())?;
         let booked = booked_candidate(policies, workers, candidates, &selection, role)?;
         let stats = BookingStats {
             blocks: hashes.len(),
@@ -98,18 +99,45 @@ impl Router {
         }
     }
 
-    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics.
+    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics,
+    /// choosing among the candidates the request's `filter` allows (all when none).
     fn select(
         &self,
         policies: &RolePolicies,
         view: &RequestView<'_>,
+        filter: Option<&CandidateFilter>,
     ) -> Result<Selection, BookError> {
-        let context = WorkerSelectionContext::new(*view);
         let role = view.role;
+        let allowed;
+        let view = match filter {
+            None => *view,
+            Some(filter) => {
+                allowed = filter.narrow(view.candidates);
+                if allowed.is_empty() {
+                    return Err(BookError::NoAllowedWorkers {
+                        role,
+                        allowed: filter.worker_ids().to_vec(),
+                    });
+                }
+                RequestView {
+                    candidates: &allowed,
+                    ..*view
+                }
+            }
+        };
+        let context = WorkerSelectionContext::new(view);
         match catch_unwind(AssertUnwindSafe(|| {
             policies.selection.instance.select(&context)
         })) {
-            Ok(Ok(selection)) => Ok(selection),
+            Ok(Ok(selection)) => match filter {
+                Some(filter) if !filter.allows(selection.worker) => {
+                    Err(BookError::WorkerNotAllowed {
+                        worker: selection.worker,
+                        allowed: filter.worker_ids().to_vec(),
+                    })
+                }
+                _ => Ok(selection),
+            },
             Ok(Err(error)) => {
                 tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
                 Err(BookError::SelectionFailed {

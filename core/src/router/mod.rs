@@ -47,7 +47,6 @@ use crate::kv::{
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
-use candidate_filter::{FilterScope, FilteredSelection};
 use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::Mutex;
@@ -131,13 +130,8 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router running `setup`, with no workers yet. Each role's selection policy is wrapped
-    /// so that it honours a request's [`CandidateFilter`].
-    pub fn new(mut setup: RouterSetup, options: RouterOptions) -> Router {
-        for policies in setup.roles.values_mut() {
-            policies.selection.instance =
-                FilteredSelection::wrap(Arc::clone(&policies.selection.instance));
-        }
+    /// A router running `setup`, with no workers yet.
+    pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
         let role_hints = counted_hints(&setup);
         Router {
             setup,
@@ -319,7 +313,6 @@ impl Router {
         if let Some(filter) = &request.allowed_workers {
             self.check_allowed(request.role, filter)?;
         }
-        let _scope = FilterScope::enter(request.allowed_workers.as_ref());
         match self.setup.router_mode {
             RouterMode::Kv => self.book_kv(request, start, mode),
             router_mode => self.book_blind(router_mode, request, start, mode),
