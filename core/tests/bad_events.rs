@@ -7,7 +7,7 @@ use dynamo_kv_router::kv::{
     EngineBlockHash, EventOutcome, IgnoreReason, KvCacheEventData, LocalBlockHash, RouterEvent,
     SequenceHash, StorageTier, sequence_hashes_for_tokens,
 };
-use dynamo_kv_router::router::{ReplayRequest, Role, Router, RouterMode};
+use dynamo_kv_router::router::{BATCH_PART_BLOCKS, ReplayRequest, Role, Router, RouterMode};
 use proptest::prelude::*;
 use router_fixtures::*;
 
@@ -245,6 +245,26 @@ fn a_batch_numbered_once_applies_together() {
     assert_eq!(
         router.apply_event_batch(&batch),
         [EventOutcome::Ignored(IgnoreReason::OutOfOrder); 2]
+    );
+}
+
+#[test]
+fn a_long_batch_numbered_once_applies_together_across_lock_parts() {
+    let (router, _) = router_with_state();
+    let prompt = tokens(800, 1);
+    let hashes = sequence_hashes_for_tokens(&prompt, BLOCK_SIZE);
+    // One-block stores of blocks 7.., all numbered 1: more blocks than one hold of the lock.
+    let batch: Vec<RouterEvent> = (7..hashes.len())
+        .map(|block| stored_range(worker(1), 1, &prompt, block..block + 1))
+        .collect();
+    assert!(batch.len() > 2 * BATCH_PART_BLOCKS);
+    let outcomes = router.apply_event_batch(&batch);
+    assert_eq!(outcomes, vec![EventOutcome::Applied; batch.len()]);
+    assert_eq!(router.cached_prefix(worker(1), &hashes), hashes.len());
+    // Delivered again, every part of it is a duplicate.
+    assert_eq!(
+        router.apply_event_batch(&batch),
+        vec![EventOutcome::Ignored(IgnoreReason::OutOfOrder); batch.len()]
     );
 }
 

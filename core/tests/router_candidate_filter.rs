@@ -110,3 +110,36 @@ fn blind_modes_choose_among_allowed_workers() {
         }
     }
 }
+
+#[test]
+fn a_policy_choosing_outside_the_filter_books_nothing() {
+    let router = Router::new(
+        setup(
+            RouterMode::Kv,
+            vec![(
+                Role::Aggregated,
+                role_policies("fixed", Fixed(worker(1), None), vec![]),
+            )],
+        ),
+        RouterOptions::default(),
+    );
+    for id in 1..=3 {
+        assert!(router.register_worker(plain(id, Role::Aggregated)).is_ok());
+    }
+    let request = request("o", Role::Aggregated, tokens(8, 1))
+        .with_allowed_workers(CandidateFilter::new([2]));
+    assert_eq!(
+        router.book(&request),
+        Err(BookError::WorkerNotAllowed {
+            worker: worker(1),
+            allowed: vec![2],
+        })
+    );
+    for id in 1..=3 {
+        assert_eq!(router.load_of(worker(id)), Some(WorkerLoad::default()));
+    }
+    assert_eq!(
+        router.metrics().book_errors.get("worker_not_allowed"),
+        Some(&1)
+    );
+}

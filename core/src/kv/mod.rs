@@ -25,7 +25,7 @@ pub use hashing::{
     sequence_hashes_from_block_ids, sequence_hashes_iter,
 };
 pub use index::{
-    DumpError, IndexCounters, IndexOptions, KvIndex, RecordedEngines, ReplayRequest,
+    BatchProgress, DumpError, IndexCounters, IndexOptions, KvIndex, RecordedEngines, ReplayRequest,
     WorkerIndexState,
 };
 pub use request_identity::RequestIdentity;

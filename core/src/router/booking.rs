@@ -102,7 +102,8 @@ pub enum BookError {
         /// The allowed worker ids.
         allowed: Vec<u64>,
     },
-    /// The caller named a worker outside the request's allowed workers.
+    /// The caller (or the selection policy) named a worker outside the request's allowed
+    /// workers.
     #[error("worker {worker} is not in the request's allowed workers {allowed:?}")]
     WorkerNotAllowed {
         /// The worker named.

@@ -2,19 +2,13 @@
 //! (upstream's `allowed_worker_ids`).
 //!
 //! The overlap pass still scores every worker of the role (hint policies, which may name any
-//! worker as a KV source, see them all); only the worker-selection policy is narrowed to the
-//! allowed candidates. The router wraps every role's selection policy in
-//! [`FilteredSelection`] once, when it is built; a booking whose request carries a filter
-//! installs it for the length of the booking in this thread's [`FilterScope`] (a booking runs
-//! its policies synchronously on the caller's thread), and the wrapper hands the inner policy a
-//! view whose candidates are only the allowed ones. A request without a filter costs one
-//! thread-local read and allocates nothing.
+//! worker as a KV source, see them all); only the worker-selection stage is narrowed: it hands
+//! the role's policy a view whose candidates are the allowed ones
+//! ([`CandidateFilter::narrow`]) and refuses a choice outside them. A request without a filter
+//! costs nothing and allocates nothing.
 
 use crate::identity::WorkerId;
-use crate::plugins::{
-    Commitments, PolicyError, RequestView, Selection, WorkerSelectionContext, WorkerSelectionPolicy,
-};
-use std::cell::RefCell;
+use crate::plugins::Candidate;
 use std::sync::Arc;
 
 /// The worker ids (every dp rank of each) a request may be booked on.
@@ -44,83 +38,20 @@ impl CandidateFilter {
     pub fn worker_ids(&self) -> &[u64] {
         &self.worker_ids
     }
+
+    /// The allowed ones among `candidates`, in their order.
+    pub(crate) fn narrow(&self, candidates: &[Candidate]) -> Vec<Candidate> {
+        candidates
+            .iter()
+            .filter(|candidate| self.allows(candidate.worker))
+            .cloned()
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for CandidateFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_set().entries(self.worker_ids.iter()).finish()
-    }
-}
-
-thread_local! {
-    static ACTIVE: RefCell<Option<CandidateFilter>> = const { RefCell::new(None) };
-}
-
-/// The filter of the booking running on this thread, restored to the previous one (a nested
-/// booking from inside a policy has its own) when dropped.
-pub(crate) struct FilterScope {
-    previous: Option<CandidateFilter>,
-}
-
-impl FilterScope {
-    /// Installs `filter` (or none) for the booking about to run on this thread.
-    pub(crate) fn enter(filter: Option<&CandidateFilter>) -> Self {
-        let previous = ACTIVE.with_borrow_mut(|active| std::mem::replace(active, filter.cloned()));
-        Self { previous }
-    }
-}
-
-impl Drop for FilterScope {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        ACTIVE.with_borrow_mut(|active| *active = previous);
-    }
-}
-
-/// A role's selection policy, narrowed to the allowed candidates of the running booking.
-pub(crate) struct FilteredSelection {
-    inner: Arc<dyn WorkerSelectionPolicy>,
-}
-
-impl FilteredSelection {
-    /// `inner`, honouring the booking's filter.
-    pub(crate) fn wrap(inner: Arc<dyn WorkerSelectionPolicy>) -> Arc<dyn WorkerSelectionPolicy> {
-        Arc::new(Self { inner })
-    }
-}
-
-impl WorkerSelectionPolicy for FilteredSelection {
-    fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError> {
-        let Some(filter) = ACTIVE.with_borrow(Clone::clone) else {
-            return self.inner.select(context);
-        };
-        let allowed: Vec<_> = context
-            .candidates()
-            .iter()
-            .filter(|candidate| filter.allows(candidate.worker))
-            .cloned()
-            .collect();
-        if allowed.is_empty() {
-            return Err(PolicyError::new(format!(
-                "no candidate is in the request's allowed workers {filter:?}"
-            )));
-        }
-        let view = RequestView {
-            candidates: &allowed,
-            ..*context.request()
-        };
-        let selection = self.inner.select(&WorkerSelectionContext::new(view))?;
-        if !filter.allows(selection.worker) {
-            return Err(PolicyError::new(format!(
-                "chose worker {}, which is not in the request's allowed workers {filter:?}",
-                selection.worker
-            )));
-        }
-        Ok(selection)
-    }
-
-    fn commitments(&self) -> Commitments {
-        self.inner.commitments()
     }
 }
 
@@ -136,20 +67,5 @@ mod tests {
         assert!(filter.allows(WorkerId::new(7, 2)));
         assert!(!filter.allows(WorkerId::new(4, 0)));
         assert!(!CandidateFilter::new([]).allows(WorkerId::new(3, 0)));
-    }
-
-    #[test]
-    fn scopes_nest_and_restore_the_outer_filter() {
-        let outer = CandidateFilter::new([1]);
-        let current = || ACTIVE.with_borrow(Clone::clone);
-        {
-            let _outer = FilterScope::enter(Some(&outer));
-            {
-                let _inner = FilterScope::enter(None);
-                assert_eq!(current(), None);
-            }
-            assert_eq!(current(), Some(outer.clone()));
-        }
-        assert_eq!(current(), None);
     }
 }

@@ -6,6 +6,7 @@
 //! work in this thread's [`BookingScratch`].
 
 use super::booking_scratch::{BookingScratch, ScratchGuard};
+use super::candidate_filter::CandidateFilter;
 use super::hint_assembly::{AssembledActions, assemble, panic_message};
 use super::overlap_pass::OverlapPass;
 use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
@@ -41,16 +42,19 @@ impl Router {
             engines,
             candidates,
         } = &mut *scratch;
+        // Hashing and the active chain's copy need no index state: done before the lock, so
+        // a booking holds it only for the pass, the policies and the reservation.
+        let hashes = hash_prompt(request, self.setup.block_size, hashes);
+        let chain = (mode == BookingMode::Book && !hashes.is_empty()).then(|| Arc::from(hashes));
         let state = self.state.read();
         let workers = state
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let hashes = hash_prompt(request, self.setup.block_size, hashes);
         let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
         let candidates = candidates.refresh(workers, overlaps.cached_blocks(), hashes);
         let view = self.request_view(request, hashes, candidates, &overlaps);
-        let selection = self.select(policies, &view)?;
+        let selection = self.select(policies, &view, request.allowed_workers.as_ref())?;
         let booked = booked_candidate(policies, workers, candidates, &selection, role)?;
         let stats = BookingStats {
             blocks: hashes.len(),
@@ -61,7 +65,7 @@ impl Router {
             drop(state);
             return Ok(envelope(request, selection, None, stats, start));
         }
-        self.reserve_booked(request, &booked, hashes, start);
+        self.reserve_booked(request, &booked, chain, start);
         let actions = self.gate_hints(booked.entry, view, &selection);
         drop(state);
         Ok(envelope(request, selection, actions, stats, start))
@@ -95,18 +99,45 @@ impl Router {
         }
     }
 
-    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics.
+    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics,
+    /// choosing among the candidates the request's `filter` allows (all when none).
     fn select(
         &self,
         policies: &RolePolicies,
         view: &RequestView<'_>,
+        filter: Option<&CandidateFilter>,
     ) -> Result<Selection, BookError> {
-        let context = WorkerSelectionContext::new(*view);
         let role = view.role;
+        let allowed;
+        let view = match filter {
+            None => *view,
+            Some(filter) => {
+                allowed = filter.narrow(view.candidates);
+                if allowed.is_empty() {
+                    return Err(BookError::NoAllowedWorkers {
+                        role,
+                        allowed: filter.worker_ids().to_vec(),
+                    });
+                }
+                RequestView {
+                    candidates: &allowed,
+                    ..*view
+                }
+            }
+        };
+        let context = WorkerSelectionContext::new(view);
         match catch_unwind(AssertUnwindSafe(|| {
             policies.selection.instance.select(&context)
         })) {
-            Ok(Ok(selection)) => Ok(selection),
+            Ok(Ok(selection)) => match filter {
+                Some(filter) if !filter.allows(selection.worker) => {
+                    Err(BookError::WorkerNotAllowed {
+                        worker: selection.worker,
+                        allowed: filter.worker_ids().to_vec(),
+                    })
+                }
+                _ => Ok(selection),
+            },
             Ok(Err(error)) => {
                 tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
                 Err(BookError::SelectionFailed {
@@ -128,12 +159,12 @@ impl Router {
     }
 
     /// Stage 6: reserves the booked worker's load: the prefill its cache does not cover, and
-    /// the request's blocks while it is active.
+    /// the request's blocks (`chain`, its sequence hashes) while it is active.
     fn reserve_booked(
         &self,
         request: &RouteRequest,
         booked: &BookedCandidate<'_>,
-        sequence_hashes: &[SequenceHash],
+        chain: Option<Arc<[SequenceHash]>>,
         now: Instant,
     ) {
         let cached_tokens = booked
@@ -146,7 +177,7 @@ impl Router {
             booked.entry,
             prefill_tokens,
             ActiveChain {
-                hashes: (!sequence_hashes.is_empty()).then(|| Arc::from(sequence_hashes)),
+                hashes: chain,
                 untracked_blocks: 0,
             },
             now,

@@ -6,12 +6,14 @@
 //!
 //! Concurrency: the worker registry and the KV index sit behind one `parking_lot::RwLock`.
 //! Bookings take it shared (many at once), for the few microseconds of the overlap pass, the
-//! selection and the hint policies, so every policy of a booking sees one consistent index;
+//! selection and the hint policies, so every policy of a booking sees one consistent index
+//! (the prompt is hashed before the lock is taken);
 //! events and (de)registrations take it exclusively, briefly. `parking_lot` because its
 //! uncontended read lock is a single atomic operation, it never poisons (a panicking policy
 //! is caught anyway) and it keeps writers from starving under a stream of bookings. A booking
-//! that finds an event applying spins briefly rather than parking, so it takes the lock in the
-//! gap before the next event instead of waiting out a stream of them (`state_lock.rs`). Loads are
+//! that finds an event applying spins briefly rather than parking, and an event lets waiting
+//! bookings in before it takes the lock, so a booking waits for about one event instead of a
+//! stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
 //! ledger and the loads always agree.
 
@@ -40,12 +42,12 @@ pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::SequenceHash;
 use crate::kv::{
-    DumpError, IndexOptions, KvIndex, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
+    BatchProgress, DumpError, IndexOptions, KvIndex, RouterEvent, WorkerIndexState,
+    sequence_hashes_for_request,
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
-use candidate_filter::{FilterScope, FilteredSelection};
 use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::Mutex;
@@ -54,6 +56,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{ActiveChain, WorkerEntry, Workers};
+
+/// Blocks of an event batch applied under one hold of the state lock (a few microseconds).
+pub const BATCH_PART_BLOCKS: usize = 64;
 
 /// Most actions one hint carries; later actions are dropped (the committed copy's never is).
 pub const MAX_HINT_ACTIONS: usize = 32;
@@ -130,13 +135,8 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router running `setup`, with no workers yet. Each role's selection policy is wrapped
-    /// so that it honours a request's [`CandidateFilter`].
-    pub fn new(mut setup: RouterSetup, options: RouterOptions) -> Router {
-        for policies in setup.roles.values_mut() {
-            policies.selection.instance =
-                FilteredSelection::wrap(Arc::clone(&policies.selection.instance));
-        }
+    /// A router running `setup`, with no workers yet.
+    pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
         let role_hints = counted_hints(&setup);
         Router {
             setup,
@@ -222,11 +222,24 @@ impl Router {
         outcome
     }
 
-    /// Applies events that arrived together (one engine batch), in order, under one lock.
-    /// Consecutive events of one worker that share an `event_id` count as one numbered
-    /// delivery, as upstream numbers a whole engine batch by its sequence number.
+    /// Applies events that arrived together (one engine batch), in order. Consecutive events
+    /// of one worker that share an `event_id` count as one numbered delivery, as upstream
+    /// numbers a whole engine batch by its sequence number. The lock is taken per part of
+    /// about [`BATCH_PART_BLOCKS`] blocks, so a booking never waits behind a whole long batch.
     pub fn apply_event_batch(&self, events: &[RouterEvent]) -> Vec<EventOutcome> {
-        self.state.write().index.apply_batch(events)
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut progress = BatchProgress::default();
+        let mut rest = events;
+        while !rest.is_empty() {
+            let applied = self.state.write().index.apply_batch_part(
+                rest,
+                &mut progress,
+                &mut outcomes,
+                BATCH_PART_BLOCKS,
+            );
+            rest = &rest[applied.max(1).min(rest.len())..];
+        }
+        outcomes
     }
 
     /// The first event id `worker` must replay, if it lost events.
@@ -312,7 +325,6 @@ impl Router {
         if let Some(filter) = &request.allowed_workers {
             self.check_allowed(request.role, filter)?;
         }
-        let _scope = FilterScope::enter(request.allowed_workers.as_ref());
         match self.setup.router_mode {
             RouterMode::Kv => self.book_kv(request, start, mode),
             router_mode => self.book_blind(router_mode, request, start, mode),

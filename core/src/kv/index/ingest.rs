@@ -17,6 +17,13 @@ use crate::kv::hashing::next_sequence_hash;
 /// prefetched.
 const STORE_AHEAD: usize = 4;
 
+/// Where an engine batch applied in parts ([`KvIndex::apply_batch_part`]) stands: the
+/// delivery being applied (its worker and id) and the cursor's verdict on it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchProgress {
+    delivery: Option<(WorkerId, u64, Result<(), EventOutcome>)>,
+}
+
 impl KvIndex {
     /// Applies one event, counting anomalies. Events of untracked workers change nothing;
     /// an event that reveals lost events is not applied and the worker awaits a replay
@@ -35,23 +42,49 @@ impl KvIndex {
     /// batch by its sequence number): the first decides whether they all apply.
     pub fn apply_batch(&mut self, events: &[RouterEvent]) -> Vec<EventOutcome> {
         let mut outcomes = Vec::with_capacity(events.len());
-        // The delivery being applied: its worker and id, and the cursor's verdict on it.
-        let mut delivery: Option<(WorkerId, u64, Result<(), EventOutcome>)> = None;
+        self.apply_batch_part(
+            events,
+            &mut BatchProgress::default(),
+            &mut outcomes,
+            usize::MAX,
+        );
+        outcomes
+    }
+
+    /// [`KvIndex::apply_batch`] a part at a time, so a caller can let others at the index
+    /// between parts: applies events from the start of `events` until they have named
+    /// `max_blocks` blocks (at least one event), pushes their outcomes to `outcomes`, and
+    /// returns how many it applied. `progress` carries the delivery being applied from one
+    /// part of the batch to the next.
+    pub fn apply_batch_part(
+        &mut self,
+        events: &[RouterEvent],
+        progress: &mut BatchProgress,
+        outcomes: &mut Vec<EventOutcome>,
+        max_blocks: usize,
+    ) -> usize {
+        let mut blocks = 0usize;
+        let mut applied = 0;
         for event in events {
+            if applied > 0 && blocks >= max_blocks {
+                break;
+            }
+            blocks = blocks.saturating_add(event.block_count().max(1));
             let key = (event.worker(), event.event_id());
-            let verdict = match delivery {
+            let verdict = match progress.delivery {
                 Some((worker, id, verdict)) if (worker, id) == key => verdict,
                 _ => self.admit(event),
             };
-            delivery = Some((key.0, key.1, verdict));
+            progress.delivery = Some((key.0, key.1, verdict));
             let outcome = match verdict {
                 Ok(()) => self.apply_admitted(event),
                 Err(outcome) => outcome,
             };
             self.count(outcome);
             outcomes.push(outcome);
+            applied += 1;
         }
-        outcomes
+        applied
     }
 
     /// Applies `event`'s blocks without consulting or moving the worker's event cursor: for

@@ -47,6 +47,7 @@ use workers::SlotState;
 
 pub use counters::IndexCounters;
 pub use dump::DumpError;
+pub use ingest::BatchProgress;
 pub use overlap::RecordedEngines;
 pub use workers::{ReplayRequest, WorkerIndexState};
 
