@@ -93,13 +93,12 @@ impl Replica {
 fn stored(prompt: &[u32], blocks: usize, base: u64) -> Vec<u8> {
     encode_batch(&EngineEventBatch {
         ts: 0.0,
-        events: vec![EngineEvent::BlockStored(BlockStored {
-            block_hashes: (0..blocks).map(|i| base + i as u64).collect(),
-            parent_block_hash: None,
-            token_ids: prompt[..blocks * BLOCK].to_vec(),
-            block_size: BLOCK,
-            ..BlockStored::default()
-        })],
+        events: vec![EngineEvent::BlockStored(BlockStored::positional(
+            prompt,
+            BLOCK,
+            0..blocks,
+            base,
+        ))],
         data_parallel_rank: None,
     })
 }

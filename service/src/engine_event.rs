@@ -54,6 +54,26 @@ pub struct BlockStored {
     pub locality: Option<String>,
 }
 
+impl BlockStored {
+    /// Blocks `blocks` of `tokens` (`block_size` tokens each) as an engine that numbers its
+    /// blocks by position reports them: block `i` has engine id `first_id + i` and the run
+    /// follows block `blocks.start - 1` (the root when the run starts at block 0).
+    pub fn positional(
+        tokens: &[u32],
+        block_size: usize,
+        blocks: std::ops::Range<usize>,
+        first_id: u64,
+    ) -> Self {
+        BlockStored {
+            block_hashes: blocks.clone().map(|i| first_id + i as u64).collect(),
+            parent_block_hash: blocks.start.checked_sub(1).map(|p| first_id + p as u64),
+            token_ids: tokens[blocks.start * block_size..blocks.end * block_size].to_vec(),
+            block_size,
+            ..BlockStored::default()
+        }
+    }
+}
+
 /// A `BlockRemoved` event.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BlockRemoved {

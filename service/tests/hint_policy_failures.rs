@@ -39,13 +39,7 @@ const YAML: &str = "router_mode: kv\nblock_size: 16\nworker_selection:\n  aggreg
 async fn a_panicking_hint_policy_still_gets_200_with_the_other_actions() {
     let service = start(YAML).await;
     let mut client = service.client().await;
-    expect_status(
-        &client
-            .post_json("/workers", &worker_body(1))
-            .await
-            .expect("register"),
-        201,
-    );
+    register_workers(&mut client, [1]).await;
     let answer = client
         .post_json(
             "/select_and_reserve",

@@ -227,13 +227,7 @@ async fn booking_answers_and_load_accounting() {
         .unwrap_or_default()
         .to_owned();
     assert_eq!(id.len(), 36, "a UUID: {id}");
-    expect_status(
-        &client
-            .delete(&format!("/reservations/{id}"))
-            .await
-            .expect("free"),
-        200,
-    );
+    release(&mut client, &id).await;
     assert_all_loads_zero(&mut client).await;
 }
 
@@ -241,13 +235,7 @@ async fn booking_answers_and_load_accounting() {
 async fn select_then_reserve_and_explicit_reservations() {
     let service = start(DEFAULT_YAML).await;
     let mut client = service.client().await;
-    expect_status(
-        &client
-            .post_json("/workers", &worker_body(1))
-            .await
-            .expect("register"),
-        201,
-    );
+    register_workers(&mut client, [1]).await;
     let prompt = tokens(40, 9);
 
     let selected = client
@@ -325,13 +313,7 @@ async fn select_then_reserve_and_explicit_reservations() {
     assert_eq!(load["active_requests"], json!(2));
     assert_eq!(load["potential_prefill_tokens"], json!(40 + 8));
     for id in ["s1", "e1"] {
-        expect_status(
-            &client
-                .delete(&format!("/reservations/{id}"))
-                .await
-                .expect("free"),
-            200,
-        );
+        release(&mut client, id).await;
     }
     assert_all_loads_zero(&mut client).await;
 
@@ -348,13 +330,7 @@ async fn select_then_reserve_and_explicit_reservations() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    expect_status(
-        &client
-            .delete(&format!("/reservations/{id}"))
-            .await
-            .expect("free"),
-        200,
-    );
+    release(&mut client, &id).await;
     let missing = client
         .post_json("/select", &json!({"model_name": "m", "block_hashes": [1]}))
         .await
@@ -370,13 +346,7 @@ async fn select_then_reserve_and_explicit_reservations() {
 async fn bad_bodies_are_refused_and_change_nothing() {
     let service = start(DEFAULT_YAML).await;
     let mut client = service.client().await;
-    expect_status(
-        &client
-            .post_json("/workers", &worker_body(1))
-            .await
-            .expect("register"),
-        201,
-    );
+    register_workers(&mut client, [1]).await;
     let workers_before = client.get("/workers").await.expect("list").json();
     let loads_before = client.get("/loads").await.expect("loads").json();
 

@@ -28,13 +28,12 @@ const REQUESTS: usize = 48;
 fn stored(prompt: &[u32], blocks: usize, base: u64) -> Vec<u8> {
     encode_batch(&EngineEventBatch {
         ts: 0.0,
-        events: vec![EngineEvent::BlockStored(BlockStored {
-            block_hashes: (0..blocks).map(|i| base + i as u64).collect(),
-            parent_block_hash: None,
-            token_ids: prompt[..blocks * BLOCK].to_vec(),
-            block_size: BLOCK,
-            ..BlockStored::default()
-        })],
+        events: vec![EngineEvent::BlockStored(BlockStored::positional(
+            prompt,
+            BLOCK,
+            0..blocks,
+            base,
+        ))],
         data_parallel_rank: None,
     })
 }
@@ -202,13 +201,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
         if n % 3 == 0 {
             open.push((r, id));
         } else {
-            expect_status(
-                &clients[r]
-                    .delete(&format!("/reservations/{id}"))
-                    .await
-                    .unwrap(),
-                200,
-            );
+            release(&mut clients[r], &id).await;
         }
     }
     let addresses: Vec<_> = replicas.iter().map(|r| r.service.address).collect();
@@ -318,13 +311,7 @@ async fn replicas_agree_on_loads_and_overlaps_and_a_new_one_warms_from_a_peer() 
 
     // Freeing the open bookings returns every replica to zero load.
     for (r, id) in open {
-        expect_status(
-            &clients[r]
-                .delete(&format!("/reservations/{id}"))
-                .await
-                .unwrap(),
-            200,
-        );
+        release(&mut clients[r], &id).await;
     }
     eventually(WAIT, "every replica's load returns to zero", || async {
         let mut zero = true;

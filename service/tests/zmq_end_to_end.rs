@@ -17,16 +17,14 @@ const BLOCK: usize = 16;
 
 /// The stored batch of blocks `first..first+count` of `prompt`, engine ids `base + i`.
 fn stored(prompt: &[u32], first: usize, count: usize, base: u64) -> Vec<u8> {
-    let parent = (first > 0).then(|| base + first as u64 - 1);
     encode_batch(&EngineEventBatch {
         ts: now(),
-        events: vec![EngineEvent::BlockStored(BlockStored {
-            block_hashes: (first..first + count).map(|i| base + i as u64).collect(),
-            parent_block_hash: parent,
-            token_ids: prompt[first * BLOCK..(first + count) * BLOCK].to_vec(),
-            block_size: BLOCK,
-            ..BlockStored::default()
-        })],
+        events: vec![EngineEvent::BlockStored(BlockStored::positional(
+            prompt,
+            BLOCK,
+            first..first + count,
+            base,
+        ))],
         data_parallel_rank: None,
     })
 }
@@ -216,13 +214,7 @@ async fn events_bookings_hints_replay_restart_and_reconnect() {
         .chain(std::iter::once("h1".to_owned()))
         .chain((0..24).map(|i| format!("load{i}")))
     {
-        expect_status(
-            &client
-                .delete(&format!("/reservations/{id}"))
-                .await
-                .expect("free"),
-            200,
-        );
+        release(&mut client, &id).await;
     }
     assert_all_loads_zero(&mut client).await;
 

@@ -38,18 +38,26 @@ fn peer_error(error: PeerError) -> Response {
     json_error(StatusCode::BAD_REQUEST, error)
 }
 
+/// A peer change's endpoint and this replica's sync, or the answer refusing the change (a bad
+/// body, or replica sync off).
+fn peer_change(
+    service: &SelectionService,
+    payload: Result<JsonBody<PeerRequest>, Refused>,
+) -> Result<(String, &ReplicaSync), Box<Response>> {
+    let JsonBody(request) = payload.map_err(|refused| Box::new(refused.into_response()))?;
+    let sync = sync_of(service).ok_or_else(|| Box::new(disabled()))?;
+    Ok((request.endpoint, sync))
+}
+
 async fn add_peer(
     State(service): State<Arc<SelectionService>>,
     payload: Result<JsonBody<PeerRequest>, Refused>,
 ) -> Response {
-    let request = match payload {
-        Ok(JsonBody(request)) => request,
-        Err(refused) => return refused.into_response(),
+    let (endpoint, sync) = match peer_change(&service, payload) {
+        Ok(change) => change,
+        Err(refused) => return *refused,
     };
-    let Some(sync) = sync_of(&service) else {
-        return disabled();
-    };
-    match sync.peers().add(&request.endpoint) {
+    match sync.peers().add(&endpoint) {
         Ok(true) => json_ok(StatusCode::CREATED),
         Ok(false) => json_ok(StatusCode::OK),
         Err(error) => peer_error(error),
@@ -60,14 +68,11 @@ async fn remove_peer(
     State(service): State<Arc<SelectionService>>,
     payload: Result<JsonBody<PeerRequest>, Refused>,
 ) -> Response {
-    let request = match payload {
-        Ok(JsonBody(request)) => request,
-        Err(refused) => return refused.into_response(),
+    let (endpoint, sync) = match peer_change(&service, payload) {
+        Ok(change) => change,
+        Err(refused) => return *refused,
     };
-    let Some(sync) = sync_of(&service) else {
-        return disabled();
-    };
-    match sync.peers().remove(&request.endpoint) {
+    match sync.peers().remove(&endpoint) {
         Ok(true) => json_ok(StatusCode::OK),
         Ok(false) => json_error(StatusCode::NOT_FOUND, "peer not found"),
         Err(error) => peer_error(error),

@@ -112,6 +112,17 @@ pub async fn register_workers(client: &mut LoopbackClient, ids: impl IntoIterato
     }
 }
 
+/// Releases reservation `id` through `client` (`DELETE /reservations/{id}`), expecting 200.
+pub async fn release(client: &mut LoopbackClient, id: &str) {
+    expect_status(
+        &client
+            .delete(&format!("/reservations/{id}"))
+            .await
+            .expect("free"),
+        200,
+    );
+}
+
 /// `n` tokens of prompt `salt`.
 pub fn tokens(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32)
