@@ -66,12 +66,20 @@ impl CostModel {
         prompt_tokens: usize,
         block_size: u32,
     ) -> f64 {
-        let credit = self.overlap_score_credit * overlap;
-        let prefill =
-            (load.active_prefill_tokens as f64 + prompt_tokens as f64) / f64::from(block_size);
-        self.prefill_load_scale * (prefill - credit).max(0.0)
-            + load.potential_decode_blocks() as f64
-            + self.decode_active_request_weight * load.active_requests as f64
+        self.terms(load, prompt_tokens, block_size).cost(overlap)
+    }
+
+    /// The terms of a worker's cost that do not depend on its overlap, so that several
+    /// overlaps cost one computation of them.
+    pub fn terms(&self, load: &WorkerLoad, prompt_tokens: usize, block_size: u32) -> CostTerms {
+        CostTerms {
+            overlap_score_credit: self.overlap_score_credit,
+            prefill_load_scale: self.prefill_load_scale,
+            prefill: (load.active_prefill_tokens as f64 + prompt_tokens as f64)
+                / f64::from(block_size),
+            decode: load.potential_decode_blocks() as f64,
+            requests: self.decode_active_request_weight * load.active_requests as f64,
+        }
     }
 
     /// The cost of every candidate of `request`, in candidate order, with `overlap` giving each
@@ -81,20 +89,56 @@ impl CostModel {
         request: &RequestView<'_>,
         overlap: impl Fn(usize, &Candidate) -> f64,
     ) -> Result<Vec<f64>, PolicyError> {
+        let mut costs = Vec::with_capacity(request.candidates.len());
+        self.costs_into(request, overlap, &mut costs)?;
+        Ok(costs)
+    }
+
+    /// [`CostModel::costs`] into `costs` (cleared first), reusing its allocation.
+    pub fn costs_into(
+        &self,
+        request: &RequestView<'_>,
+        overlap: impl Fn(usize, &Candidate) -> f64,
+        costs: &mut Vec<f64>,
+    ) -> Result<(), PolicyError> {
         let block_size = check_block_size(request.block_size)?;
-        Ok(request
-            .candidates
-            .iter()
-            .enumerate()
-            .map(|(index, candidate)| {
-                self.cost(
-                    &candidate.load,
-                    overlap(index, candidate),
-                    request.prompt_tokens,
-                    block_size,
-                )
-            })
-            .collect())
+        costs.clear();
+        costs.extend(
+            request
+                .candidates
+                .iter()
+                .enumerate()
+                .map(|(index, candidate)| {
+                    self.cost(
+                        &candidate.load,
+                        overlap(index, candidate),
+                        request.prompt_tokens,
+                        block_size,
+                    )
+                }),
+        );
+        Ok(())
+    }
+}
+
+/// The overlap-independent terms of one worker's cost ([`CostModel::terms`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostTerms {
+    overlap_score_credit: f64,
+    prefill_load_scale: f64,
+    /// Prefill blocks: the worker's in flight plus the prompt's.
+    prefill: f64,
+    /// Potential decode blocks.
+    decode: f64,
+    /// The weighted active requests.
+    requests: f64,
+}
+
+impl CostTerms {
+    /// The cost with `overlap` blocks served from cache.
+    pub fn cost(&self, overlap: f64) -> f64 {
+        let credit = self.overlap_score_credit * overlap;
+        self.prefill_load_scale * (self.prefill - credit).max(0.0) + self.decode + self.requests
     }
 }
 

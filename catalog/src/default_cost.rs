@@ -4,6 +4,7 @@ use crate::cost::{
     CostModel, DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT, DEFAULT_OVERLAP_SCORE_CREDIT,
     DEFAULT_PREFILL_LOAD_SCALE, no_candidates,
 };
+use crate::cost_buffer::with_cost_buffer;
 use crate::invalid_parameter::InvalidParameter;
 use crate::picker::CostPicker;
 use dynamo_kv_router::plugins::prelude::*;
@@ -88,14 +89,18 @@ impl TryFrom<DefaultCostConfig> for DefaultCostFn {
 
 impl WorkerSelectionPolicy for DefaultCostFn {
     fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError> {
-        let costs = self.model.costs(context.request(), |_, candidate| {
-            candidate.cached_blocks as f64
-        })?;
-        self.picker
-            .pick(&costs)
-            .and_then(|index| context.candidates().get(index))
-            .map(|candidate| Selection::worker(candidate.worker))
-            .ok_or_else(no_candidates)
+        with_cost_buffer(|costs| {
+            self.model.costs_into(
+                context.request(),
+                |_, candidate| candidate.cached_blocks as f64,
+                costs,
+            )?;
+            self.picker
+                .pick(costs)
+                .and_then(|index| context.candidates().get(index))
+                .map(|candidate| Selection::worker(candidate.worker))
+                .ok_or_else(no_candidates)
+        })
     }
 }
 

@@ -2,8 +2,9 @@
 
 use crate::cost::{
     CostModel, DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT, DEFAULT_OVERLAP_SCORE_CREDIT,
-    DEFAULT_PREFILL_LOAD_SCALE, no_candidates,
+    DEFAULT_PREFILL_LOAD_SCALE, check_block_size, no_candidates,
 };
+use crate::cost_buffer::with_cost_buffer;
 use crate::default_cost::DefaultCostConfig;
 use crate::fetch_source::{SourceRanking, root_aligned_hashes};
 use crate::invalid_parameter::{InvalidParameter, fraction};
@@ -108,8 +109,16 @@ impl TryFrom<KvcrConfig> for Kvcr {
 }
 
 impl Kvcr {
+    /// The overlap `candidate` is credited with: its own prefix plus the multiplier's share of
+    /// the blocks its best source (`source`) caches beyond it.
+    fn credited_overlap(&self, candidate: &Candidate, source: Option<&Candidate>) -> f64 {
+        let extra = source.map_or(0, |source| extra_blocks(source, candidate));
+        candidate.cached_blocks as f64 + self.shared_cache_multiplier * extra as f64
+    }
+
     /// Every candidate's cost with the shared-cache credit, and the best source each one would
     /// copy from (in candidate order).
+    #[cfg(test)]
     fn credited_costs<'a>(
         &self,
         request: &RequestView<'a>,
@@ -121,46 +130,85 @@ impl Kvcr {
             .map(|candidate| ranking.best_for(candidate.worker))
             .collect();
         let costs = self.model.costs(request, |index, candidate| {
-            let extra = sources
-                .get(index)
-                .copied()
-                .flatten()
-                .map_or(0, |source| extra_blocks(source, candidate));
-            candidate.cached_blocks as f64 + self.shared_cache_multiplier * extra as f64
+            self.credited_overlap(candidate, sources.get(index).copied().flatten())
         })?;
         Ok((costs, sources))
     }
+
+    /// The choice with the shared-cache credit: the index of the booked candidate among the
+    /// credited costs, whether the credit lowered its cost, and whether it was a best choice
+    /// without any credit. `credited` receives every candidate's credited cost.
+    fn credited_choice(
+        &self,
+        request: &RequestView<'_>,
+        ranking: &SourceRanking<'_>,
+        credited: &mut Vec<f64>,
+    ) -> Result<CreditedChoice, PolicyError> {
+        let block_size = check_block_size(request.block_size)?;
+        credited.clear();
+        // One pass: each candidate's overlap-independent terms serve both of its costs.
+        let mut plain_min = f64::INFINITY;
+        for candidate in request.candidates {
+            let terms = self
+                .model
+                .terms(&candidate.load, request.prompt_tokens, block_size);
+            let source = ranking.best_for(candidate.worker);
+            credited.push(terms.cost(self.credited_overlap(candidate, source)));
+            plain_min = plain_min.min(terms.cost(candidate.cached_blocks as f64));
+        }
+        let index = self.picker.pick(credited).ok_or_else(no_candidates)?;
+        let booked = request.candidates.get(index).ok_or_else(no_candidates)?;
+        let credited_cost = credited[index];
+        let plain_cost = self.model.cost(
+            &booked.load,
+            booked.cached_blocks as f64,
+            request.prompt_tokens,
+            block_size,
+        );
+        Ok(CreditedChoice {
+            index,
+            credit_lowered_cost: !is_tied(plain_cost, credited_cost),
+            best_without_credit: is_tied(plain_cost, plain_min),
+        })
+    }
+}
+
+/// What [`Kvcr::credited_choice`] chose.
+struct CreditedChoice {
+    /// The booked candidate's index.
+    index: usize,
+    /// Whether the credit lowered the booked candidate's cost.
+    credit_lowered_cost: bool,
+    /// Whether the booked candidate was a best choice without any credit.
+    best_without_credit: bool,
 }
 
 impl WorkerSelectionPolicy for Kvcr {
     fn select(&self, context: &WorkerSelectionContext<'_>) -> Result<Selection, PolicyError> {
         let request = context.request();
         let candidates = context.candidates();
-        let plain = self
-            .model
-            .costs(request, |_, candidate| candidate.cached_blocks as f64)?;
         if self.shared_cache_multiplier == 0.0 {
             // Exactly the default cost's computation and draws.
-            return self
-                .picker
-                .pick(&plain)
-                .and_then(|index| candidates.get(index))
-                .map(|candidate| Selection::worker(candidate.worker))
-                .ok_or_else(no_candidates);
+            return with_cost_buffer(|plain| {
+                self.model.costs_into(
+                    request,
+                    |_, candidate| candidate.cached_blocks as f64,
+                    plain,
+                )?;
+                self.picker
+                    .pick(plain)
+                    .and_then(|index| candidates.get(index))
+                    .map(|candidate| Selection::worker(candidate.worker))
+                    .ok_or_else(no_candidates)
+            });
         }
 
-        let (credited, sources) = self.credited_costs(request)?;
-        let index = self.picker.pick(&credited).ok_or_else(no_candidates)?;
-        let booked = candidates.get(index).ok_or_else(no_candidates)?;
-        let (Some(&plain_cost), Some(&credited_cost)) = (plain.get(index), credited.get(index))
-        else {
-            return Err(no_candidates());
-        };
-        let plain_min = plain.iter().copied().fold(f64::INFINITY, f64::min);
-        let credit_lowered_cost = !is_tied(plain_cost, credited_cost);
-        let best_without_credit = is_tied(plain_cost, plain_min);
-        let copy = match sources.get(index).copied().flatten() {
-            Some(source) if credit_lowered_cost && !best_without_credit => {
+        let ranking = SourceRanking::new(candidates);
+        let choice =
+            with_cost_buffer(|credited| self.credited_choice(request, &ranking, credited))?;
+        let booked = candidates.get(choice.index).ok_or_else(no_candidates)?;
+        let copy = match ranking.best_for(booked.worker) {
+            Some(source) if choice.credit_lowered_cost && !choice.best_without_credit => {
                 commit(request, booked, source)
             }
             _ => None,

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod cost;
+mod cost_buffer;
 pub mod default_cost;
 pub mod fetch_source;
 pub mod invalid_parameter;

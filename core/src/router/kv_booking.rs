@@ -52,7 +52,12 @@ impl Router {
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
         let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
-        let candidates = candidates.refresh(workers, overlaps.cached_blocks(), hashes);
+        let candidates = candidates.refresh(
+            workers,
+            overlaps.cached_blocks(),
+            hashes,
+            &self.chains.read(),
+        );
         let view = self.request_view(request, hashes, candidates, &overlaps);
         let selection = self.select(policies, &view, request.allowed_workers.as_ref())?;
         let booked = booked_candidate(policies, workers, candidates, &selection, role)?;

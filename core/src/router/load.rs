@@ -2,7 +2,8 @@
 //! prefill completed and that the request finished, or until the booking's TTL expires.
 
 use super::worker::Role;
-use super::workers::{ActiveChain, WorkerEntry};
+use super::workers::{ActiveChain, ActiveChains, WorkerEntry};
+use parking_lot::RwLock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,14 +18,18 @@ struct Reservation {
 }
 
 impl Reservation {
-    fn release(self) {
-        self.worker.load.sub(self.prefill_tokens, &self.chain);
+    fn release(self, active: &RwLock<ActiveChains>) {
+        self.worker
+            .load
+            .sub(self.prefill_tokens, &self.chain, active);
     }
 }
 
 /// The active bookings, by request id (one per role), and their expiry order.
-#[derive(Default)]
 pub(crate) struct LoadLedger {
+    /// The active chains of every worker, shared with the bookings that read them (and with
+    /// the router's other ledger).
+    chains: Arc<RwLock<ActiveChains>>,
     active: HashMap<String, Vec<Reservation>>,
     expiry: VecDeque<(Instant, String, u64)>,
     next_generation: u64,
@@ -32,6 +37,17 @@ pub(crate) struct LoadLedger {
 }
 
 impl LoadLedger {
+    /// An empty ledger whose bookings hold their chains in `chains`.
+    pub(crate) fn new(chains: Arc<RwLock<ActiveChains>>) -> Self {
+        Self {
+            chains,
+            active: HashMap::new(),
+            expiry: VecDeque::new(),
+            next_generation: 0,
+            reservations: 0,
+        }
+    }
+
     /// Reserves load for `request_id` in `role` on `worker`, replacing an earlier booking of the
     /// same request and role. The booking expires at `deadline` unless released earlier.
     pub(crate) fn reserve(
@@ -47,10 +63,10 @@ impl LoadLedger {
         self.next_generation += 1;
         let bookings = self.active.entry(request_id.to_owned()).or_default();
         if let Some(position) = bookings.iter().position(|r| r.role == role) {
-            bookings.swap_remove(position).release();
+            bookings.swap_remove(position).release(&self.chains);
             self.reservations -= 1;
         }
-        worker.load.add(prefill_tokens, &chain);
+        worker.load.add(prefill_tokens, &chain, &self.chains);
         let reservation = Reservation {
             role,
             worker: Arc::clone(worker),
@@ -97,7 +113,9 @@ impl LoadLedger {
         };
         let released = bookings.len();
         self.reservations -= released as u64;
-        bookings.into_iter().for_each(Reservation::release);
+        for reservation in bookings {
+            reservation.release(&self.chains);
+        }
         released
     }
 
@@ -115,7 +133,7 @@ impl LoadLedger {
                 continue;
             };
             if let Some(position) = bookings.iter().position(|r| r.generation == generation) {
-                bookings.swap_remove(position).release();
+                bookings.swap_remove(position).release(&self.chains);
                 self.reservations -= 1;
                 expired += 1;
             }

@@ -15,7 +15,9 @@
 //! bookings in before it takes the lock, so a booking waits for about one event instead of a
 //! stream of them (`state_lock.rs`). Loads are
 //! atomics read without locks; reservations change them under the ledger's mutex so that the
-//! ledger and the loads always agree.
+//! ledger and the loads always agree. Every worker's active chains (what decode load a
+//! request would add) sit in one table behind their own `RwLock`: a booking reads it once,
+//! the ledgers write it while they hold their mutex (ledger first, then the table).
 
 mod blind_selection;
 pub mod booking;
@@ -50,12 +52,12 @@ use crate::plugins::WorkerLoad;
 use blind_selection::BlindSelector;
 use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use state_lock::StateLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{ActiveChain, WorkerEntry, Workers};
+use workers::{ActiveChain, ActiveChains, WorkerEntry, Workers};
 
 /// Blocks of an event batch applied under one hold of the state lock (a few microseconds).
 pub const BATCH_PART_BLOCKS: usize = 64;
@@ -123,6 +125,8 @@ pub struct Router {
     setup: RouterSetup,
     options: RouterOptions,
     state: StateLock<RouterState>,
+    /// Every worker's active chains: written by the ledgers, read by bookings.
+    chains: Arc<RwLock<ActiveChains>>,
     ledger: Mutex<LoadLedger>,
     /// Bookings other router replicas made, mirrored (see `peer_booking`).
     peer_ledger: Mutex<LoadLedger>,
@@ -138,6 +142,7 @@ impl Router {
     /// A router running `setup`, with no workers yet.
     pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
         let role_hints = counted_hints(&setup);
+        let chains = Arc::new(RwLock::new(ActiveChains::default()));
         Router {
             setup,
             options,
@@ -148,8 +153,9 @@ impl Router {
                     ..IndexOptions::default()
                 }),
             }),
-            ledger: Mutex::new(LoadLedger::default()),
-            peer_ledger: Mutex::new(LoadLedger::default()),
+            ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
+            peer_ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
+            chains,
             peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
             role_hints,

@@ -1,8 +1,9 @@
 //! The registry of workers: who is registered, in which role, with which capabilities and load.
 
-mod active_blocks;
+mod active_chains;
 mod load_cell;
 
+pub(crate) use active_chains::ActiveChains;
 pub(crate) use load_cell::{ActiveChain, WorkerLoadCell};
 
 use super::worker::{Role, WorkerId, WorkerInfo};
@@ -28,10 +29,11 @@ impl WorkerEntry {
             .router_hint_source_control_endpoint
             .as_deref()
             .map(Arc::from);
+        let load = WorkerLoadCell::new(info.id);
         Self {
             info,
             source_endpoint,
-            load: WorkerLoadCell::default(),
+            load,
         }
     }
 }

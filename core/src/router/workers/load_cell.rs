@@ -1,23 +1,28 @@
 //! The load the router has reserved on one worker: counters read without locks by bookings
-//! and changed by the load ledger, and the worker's active blocks.
+//! and changed by the load ledger. Its active chains live in the router-wide
+//! [`ActiveChains`](super::ActiveChains), under the holder key of this cell.
 
-use super::active_blocks::ActiveBlocks;
+use super::active_chains::{ActiveChains, Holder};
 use crate::block_identity::SequenceHash;
+use crate::identity::WorkerId;
 use crate::plugins::WorkerLoad;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Numbers every load cell ever made, so that the active chains of a worker that deregistered
+/// are never taken for those of the same id registered again.
+static NEXT_CELL: AtomicU64 = AtomicU64::new(1);
+
 /// A worker's reserved load; the counters are read without locks by bookings and changed under
-/// the ledger's lock, the active chains are read under their own (uncontended) read lock.
-#[derive(Default)]
+/// the ledger's lock.
 pub(crate) struct WorkerLoadCell {
+    holder: Holder,
     prefill_tokens: AtomicU64,
     /// Distinct active blocks: the union of the active chains, plus blocks of bookings made
     /// without block hashes (the blind router modes).
     blocks: AtomicU64,
     requests: AtomicU64,
-    active: RwLock<ActiveBlocks>,
 }
 
 /// The blocks a booking holds active on its worker.
@@ -30,6 +35,24 @@ pub(crate) struct ActiveChain {
 }
 
 impl WorkerLoadCell {
+    /// The empty load of a newly registered `worker`.
+    pub(crate) fn new(worker: WorkerId) -> Self {
+        Self {
+            holder: Holder {
+                worker,
+                cell: NEXT_CELL.fetch_add(1, Ordering::Relaxed),
+            },
+            prefill_tokens: AtomicU64::new(0),
+            blocks: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The key of this cell's chains in the [`ActiveChains`].
+    pub(crate) fn holder(&self) -> Holder {
+        self.holder
+    }
+
     /// The load as it is now (`additional_active_blocks` is request-specific: 0 here).
     pub(crate) fn snapshot(&self) -> WorkerLoad {
         WorkerLoad {
@@ -40,23 +63,17 @@ impl WorkerLoadCell {
         }
     }
 
-    /// The load as it would be with a request of these full-block sequence hashes: its blocks
-    /// that no active request on this worker shares are `additional_active_blocks`.
-    pub(crate) fn projection(&self, hashes: &[SequenceHash]) -> WorkerLoad {
-        let mut load = self.snapshot();
-        if !hashes.is_empty() {
-            let shared = self.active.read().shared_prefix(hashes);
-            load.additional_active_blocks = (hashes.len() - shared) as u64;
-        }
-        load
-    }
-
-    /// Adds one booking's reservation.
-    pub(crate) fn add(&self, prefill_tokens: u64, chain: &ActiveChain) {
+    /// Adds one booking's reservation, its chain to `active`.
+    pub(crate) fn add(
+        &self,
+        prefill_tokens: u64,
+        chain: &ActiveChain,
+        active: &RwLock<ActiveChains>,
+    ) {
         let added = chain
             .hashes
             .as_ref()
-            .map_or(0, |hashes| self.active.write().add(Arc::clone(hashes)));
+            .map_or(0, |hashes| active.write().add(self.holder, hashes));
         self.prefill_tokens
             .fetch_add(prefill_tokens, Ordering::Relaxed);
         self.blocks
@@ -75,12 +92,17 @@ impl WorkerLoadCell {
             .fetch_sub(prefill_tokens, Ordering::Relaxed);
     }
 
-    /// Gives back everything a booking reserved.
-    pub(crate) fn sub(&self, prefill_tokens: u64, chain: &ActiveChain) {
+    /// Gives back everything a booking reserved, its chain from `active`.
+    pub(crate) fn sub(
+        &self,
+        prefill_tokens: u64,
+        chain: &ActiveChain,
+        active: &RwLock<ActiveChains>,
+    ) {
         let removed = chain
             .hashes
             .as_ref()
-            .map_or(0, |hashes| self.active.write().remove(hashes));
+            .map_or(0, |hashes| active.write().remove(self.holder, hashes));
         self.sub_prefill(prefill_tokens);
         self.blocks
             .fetch_sub(removed + chain.untracked_blocks, Ordering::Relaxed);
