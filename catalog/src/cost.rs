@@ -66,17 +66,18 @@ impl CostModel {
         prompt_tokens: usize,
         block_size: u32,
     ) -> f64 {
-        self.terms(load, prompt_tokens, block_size).cost(overlap)
+        let prefill = PrefillBlocks::new(prompt_tokens, block_size).compute(load);
+        self.terms(load, prefill).cost(overlap)
     }
 
-    /// The terms of a worker's cost that do not depend on its overlap, so that several
-    /// overlaps cost one computation of them.
-    pub fn terms(&self, load: &WorkerLoad, prompt_tokens: usize, block_size: u32) -> CostTerms {
+    /// The terms of the cost of a worker with `load` and `prefill` blocks of prefill (from
+    /// [`PrefillBlocks`]) that do not depend on its overlap, so that several overlaps cost
+    /// one computation of them.
+    pub fn terms(&self, load: &WorkerLoad, prefill: f64) -> CostTerms {
         CostTerms {
             overlap_score_credit: self.overlap_score_credit,
             prefill_load_scale: self.prefill_load_scale,
-            prefill: (load.active_prefill_tokens as f64 + prompt_tokens as f64)
-                / f64::from(block_size),
+            prefill,
             decode: load.potential_decode_blocks() as f64,
             requests: self.decode_active_request_weight * load.active_requests as f64,
         }
@@ -102,6 +103,7 @@ impl CostModel {
         costs: &mut Vec<f64>,
     ) -> Result<(), PolicyError> {
         let block_size = check_block_size(request.block_size)?;
+        let mut prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
         costs.clear();
         costs.extend(
             request
@@ -109,15 +111,63 @@ impl CostModel {
                 .iter()
                 .enumerate()
                 .map(|(index, candidate)| {
-                    self.cost(
-                        &candidate.load,
-                        overlap(index, candidate),
-                        request.prompt_tokens,
-                        block_size,
-                    )
+                    self.terms(&candidate.load, prefill.of(&candidate.load))
+                        .cost(overlap(index, candidate))
                 }),
         );
         Ok(())
+    }
+}
+
+/// The prefill blocks of the workers a prompt is costed on: `(active_prefill_tokens +
+/// prompt_tokens) / block_size`. A division is slow next to the rest of a cost, and most
+/// workers share their in-flight prefill with another (idle ones have none), so it divides
+/// once for idle workers and once per run of workers with the same prefill in flight; the
+/// results are those of dividing every time.
+#[derive(Clone, Copy, Debug)]
+pub struct PrefillBlocks {
+    prompt_tokens: usize,
+    block_size: u32,
+    /// Prefill blocks of a worker with no prefill in flight.
+    idle: f64,
+    /// The last worker's prefill in flight and its prefill blocks.
+    last: (u64, f64),
+}
+
+impl PrefillBlocks {
+    /// The prefill blocks of a `prompt_tokens` prompt, `block_size` tokens per block (not 0:
+    /// see [`check_block_size`]).
+    pub fn new(prompt_tokens: usize, block_size: u32) -> Self {
+        let mut blocks = Self {
+            prompt_tokens,
+            block_size,
+            idle: 0.0,
+            last: (0, 0.0),
+        };
+        blocks.idle = blocks.divide(0);
+        blocks.last = (0, blocks.idle);
+        blocks
+    }
+
+    /// The prefill blocks of a worker with `load`.
+    pub fn of(&mut self, load: &WorkerLoad) -> f64 {
+        match load.active_prefill_tokens {
+            0 => self.idle,
+            tokens if tokens == self.last.0 => self.last.1,
+            tokens => {
+                self.last = (tokens, self.divide(tokens));
+                self.last.1
+            }
+        }
+    }
+
+    /// The prefill blocks of a worker with `load`, computed afresh.
+    fn compute(&self, load: &WorkerLoad) -> f64 {
+        self.divide(load.active_prefill_tokens)
+    }
+
+    fn divide(&self, active_prefill_tokens: u64) -> f64 {
+        (active_prefill_tokens as f64 + self.prompt_tokens as f64) / f64::from(self.block_size)
     }
 }
 
@@ -195,6 +245,17 @@ mod tests {
         assert_eq!(error.field, "overlap_score_credit");
         let error = CostModel::new(1.0, 1.0, f64::INFINITY).unwrap_err();
         assert_eq!(error.field, "decode_active_request_weight");
+    }
+
+    #[test]
+    fn prefill_blocks_divide_as_every_time() {
+        let mut blocks = PrefillBlocks::new(1000, 7);
+        for tokens in [0, 0, 13, 13, 0, 13, 5, 5, 1 << 40, 0] {
+            let load = load(tokens, 0, 0);
+            let expected = (tokens as f64 + 1000.0) / 7.0;
+            assert_eq!(blocks.of(&load).to_bits(), expected.to_bits(), "{tokens}");
+            assert_eq!(blocks.compute(&load).to_bits(), expected.to_bits());
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::cost::{
     CostModel, DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT, DEFAULT_OVERLAP_SCORE_CREDIT,
-    DEFAULT_PREFILL_LOAD_SCALE, check_block_size, no_candidates,
+    DEFAULT_PREFILL_LOAD_SCALE, PrefillBlocks, check_block_size, no_candidates,
 };
 use crate::cost_buffer::with_cost_buffer;
 use crate::default_cost::DefaultCostConfig;
@@ -148,10 +148,11 @@ impl Kvcr {
         credited.clear();
         // One pass: each candidate's overlap-independent terms serve both of its costs.
         let mut plain_min = f64::INFINITY;
+        let mut prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
         for candidate in request.candidates {
             let terms = self
                 .model
-                .terms(&candidate.load, request.prompt_tokens, block_size);
+                .terms(&candidate.load, prefill.of(&candidate.load));
             let source = ranking.best_for(candidate.worker);
             credited.push(terms.cost(self.credited_overlap(candidate, source)));
             plain_min = plain_min.min(terms.cost(candidate.cached_blocks as f64));

@@ -42,10 +42,17 @@ impl Router {
             engines,
             candidates,
         } = &mut *scratch;
-        // Hashing and the active chain's copy need no index state: done before the lock, so
-        // a booking holds it only for the pass, the policies and the reservation.
-        let hashes = hash_prompt(request, self.setup.block_size, hashes);
-        let chain = (mode == BookingMode::Book && !hashes.is_empty()).then(|| Arc::from(hashes));
+        // Hashing needs no index state: done before the lock, so a booking holds it only for
+        // the pass, the policies and the reservation. A booking hashes straight into the chain
+        // it will hold active.
+        let block_size = self.setup.block_size;
+        let chain = (mode == BookingMode::Book)
+            .then(|| active_chain(request, block_size, hashes))
+            .flatten();
+        let hashes = match &chain {
+            Some(chain) => chain,
+            None => hash_prompt(request, block_size, hashes),
+        };
         let state = self.state.read();
         let workers = state
             .workers
@@ -70,7 +77,7 @@ impl Router {
             drop(state);
             return Ok(envelope(request, selection, None, stats, start));
         }
-        self.reserve_booked(request, &booked, chain, start);
+        self.reserve_booked(request, &booked, chain.clone(), start);
         let actions = self.gate_hints(booked.entry, view, &selection);
         drop(state);
         Ok(envelope(request, selection, actions, stats, start))
@@ -232,6 +239,30 @@ fn hash_prompt<'a>(
         Prompt::Blocks {
             sequence_hashes, ..
         } => sequence_hashes,
+    }
+}
+
+/// Stage 1 of a booking: the request's sequence hashes as the chain its booking holds active
+/// (`None` when the prompt has no full block). Plain token prompts are hashed straight into the
+/// chain; other prompts through `buffer`.
+fn active_chain(
+    request: &RouteRequest,
+    block_size: u32,
+    buffer: &mut Vec<SequenceHash>,
+) -> Option<Arc<[SequenceHash]>> {
+    match &request.prompt {
+        Prompt::Tokens(tokens) if request.identity.is_plain() => {
+            let mut hashes = sequence_hashes_iter(tokens, block_size);
+            // An exact-length source: the chain is allocated once and written in place.
+            let chain: Arc<[SequenceHash]> = (0..hashes.len())
+                .map(|_| hashes.next().unwrap_or_default())
+                .collect();
+            (!chain.is_empty()).then_some(chain)
+        }
+        _ => {
+            let hashes = hash_prompt(request, block_size, buffer);
+            (!hashes.is_empty()).then(|| Arc::from(hashes))
+        }
     }
 }
 

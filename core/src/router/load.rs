@@ -30,8 +30,9 @@ pub(crate) struct LoadLedger {
     /// The active chains of every worker, shared with the bookings that read them (and with
     /// the router's other ledger).
     chains: Arc<RwLock<ActiveChains>>,
-    active: HashMap<String, Vec<Reservation>>,
-    expiry: VecDeque<(Instant, String, u64)>,
+    /// The bookings by request id; the expiry records share the ids.
+    active: HashMap<Arc<str>, Vec<Reservation>>,
+    expiry: VecDeque<(Instant, Arc<str>, u64)>,
     next_generation: u64,
     reservations: u64,
 }
@@ -61,7 +62,8 @@ impl LoadLedger {
     ) {
         let generation = self.next_generation;
         self.next_generation += 1;
-        let bookings = self.active.entry(request_id.to_owned()).or_default();
+        let request_id: Arc<str> = Arc::from(request_id);
+        let bookings = self.active.entry(Arc::clone(&request_id)).or_default();
         if let Some(position) = bookings.iter().position(|r| r.role == role) {
             bookings.swap_remove(position).release(&self.chains);
             self.reservations -= 1;
@@ -76,8 +78,7 @@ impl LoadLedger {
         };
         bookings.push(reservation);
         self.reservations += 1;
-        self.expiry
-            .push_back((deadline, request_id.to_owned(), generation));
+        self.expiry.push_back((deadline, request_id, generation));
     }
 
     /// Gives back the prefill tokens of every booking of `request_id`; repeats are harmless.
@@ -129,7 +130,7 @@ impl LoadLedger {
             let Some((_, request_id, generation)) = self.expiry.pop_front() else {
                 break;
             };
-            let Some(bookings) = self.active.get_mut(&request_id) else {
+            let Some(bookings) = self.active.get_mut(&*request_id) else {
                 continue;
             };
             if let Some(position) = bookings.iter().position(|r| r.generation == generation) {
@@ -138,7 +139,7 @@ impl LoadLedger {
                 expired += 1;
             }
             if bookings.is_empty() {
-                self.active.remove(&request_id);
+                self.active.remove(&*request_id);
             }
         }
         // Released bookings leave their expiry records behind; drop them once they dominate.
@@ -146,7 +147,7 @@ impl LoadLedger {
             let active = &self.active;
             self.expiry.retain(|(_, request_id, generation)| {
                 active
-                    .get(request_id)
+                    .get(&**request_id)
                     .is_some_and(|b| b.iter().any(|r| r.generation == *generation))
             });
         }

@@ -72,11 +72,15 @@ impl ActiveChains {
         let Some(group) = chain.first().and_then(|first| self.group(*first)) else {
             return;
         };
+        // Chains of one group tend to leave the request at the same block (the end of a
+        // shared system prompt, say): each search tries where the last one ended first.
+        let mut guess = 0;
         for held in &group.chains {
             if let Some(longest) = position(held.holder).and_then(|i| shared.get_mut(i))
                 && *longest < chain.len()
             {
-                *longest = (*longest).max(common_prefix(&held.chain, chain));
+                guess = common_prefix_near(&held.chain, chain, guess);
+                *longest = (*longest).max(guess);
             }
         }
     }
@@ -161,6 +165,12 @@ impl ActiveChains {
 /// Length of the common prefix of two chains of sequence hashes: equal hashes at a position
 /// mean equal prefixes up to it, so equality is monotone and a binary search finds the end.
 fn common_prefix(a: &[SequenceHash], b: &[SequenceHash]) -> usize {
+    common_prefix_near(a, b, 0)
+}
+
+/// [`common_prefix`], trying `guess` first: when the common prefix is `guess` long, two
+/// comparisons find it; otherwise they narrow the binary search.
+fn common_prefix_near(a: &[SequenceHash], b: &[SequenceHash], guess: usize) -> usize {
     let n = a.len().min(b.len());
     if n == 0 || a[0] != b[0] {
         return 0;
@@ -170,6 +180,15 @@ fn common_prefix(a: &[SequenceHash], b: &[SequenceHash]) -> usize {
     }
     // a[low - 1] == b[low - 1] and a[high] != b[high].
     let (mut low, mut high) = (1, n - 1);
+    if (1..n).contains(&guess) {
+        if a[guess - 1] != b[guess - 1] {
+            high = guess - 1;
+        } else if a[guess] != b[guess] {
+            return guess;
+        } else {
+            low = guess + 1;
+        }
+    }
     while low < high {
         let mid = low + (high - low) / 2;
         if a[mid] == b[mid] {
@@ -295,5 +314,20 @@ mod tests {
         assert_eq!(common_prefix(&chain(&[1, 2, 3]), &chain(&[1, 2])), 2);
         assert_eq!(common_prefix(&chain(&[3]), &chain(&[1])), 0);
         assert_eq!(common_prefix(&chain(&[]), &chain(&[1])), 0);
+        // Any guess gives the same answer as none.
+        let a = chain(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        for end in 0..=8 {
+            let mut letters = vec![1, 2, 3, 4, 5, 6, 7, 8];
+            letters.truncate(end);
+            letters.extend([9, 9, 9]);
+            let b = chain(&letters);
+            for guess in 0..12 {
+                assert_eq!(
+                    common_prefix_near(&a, &b, guess),
+                    end,
+                    "end {end}, guess {guess}"
+                );
+            }
+        }
     }
 }
