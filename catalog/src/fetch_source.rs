@@ -44,10 +44,12 @@ impl<'a> SourceRanking<'a> {
 
     /// The best eligible source for a booking on `booked`, if any peer is eligible.
     pub fn best_for(&self, booked: WorkerId) -> Option<&'a Candidate> {
-        [self.first, self.second]
-            .into_iter()
-            .flatten()
-            .find(|candidate| candidate.is_fetch_source_for(booked))
+        // Both offer themselves as sources: each is eligible for any worker but itself.
+        match self.first {
+            Some(first) if first.worker != booked => Some(first),
+            Some(_) => self.second.filter(|second| second.worker != booked),
+            None => None,
+        }
     }
 }
 

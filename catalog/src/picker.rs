@@ -35,17 +35,28 @@ impl CostPicker {
 
     /// The chosen index, or `None` when `costs` is empty.
     pub fn pick(&self, costs: &[f64]) -> Option<usize> {
-        let min = costs.iter().copied().reduce(f64::min)?;
-        let max = costs.iter().copied().reduce(f64::max)?;
+        let (&first, rest) = costs.split_first()?;
+        let (min, max) = rest.iter().fold((first, first), |(min, max), &cost| {
+            (f64::min(min, cost), f64::max(max, cost))
+        });
         if self.temperature == 0.0 || is_tied(max, min) {
-            let ties = costs.iter().filter(|&&cost| is_tied(cost, min)).count();
-            let nth = if ties > 1 { self.rng.below(ties) } else { 0 };
-            return costs
+            let mut ties = costs
                 .iter()
                 .enumerate()
                 .filter(|(_, cost)| is_tied(**cost, min))
-                .nth(nth)
                 .map(|(index, _)| index);
+            let first_tie = ties.next();
+            // The draw is made only when there is a tie to break.
+            let others = ties.clone().count();
+            if others == 0 {
+                return first_tie;
+            }
+            let nth = self.rng.below(others + 1);
+            return if nth == 0 {
+                first_tie
+            } else {
+                ties.nth(nth - 1)
+            };
         }
         let weights = softmax_weights(costs, self.temperature);
         let total: f64 = weights.iter().sum();

@@ -37,7 +37,7 @@ impl CandidateCache {
         self.shared.resize(workers.entries.len(), 0);
         active.raise_shared_prefixes(sequence_hashes, &mut self.shared, |holder| {
             let position = workers.ids.binary_search(&holder.worker).ok()?;
-            (workers.entries[position].load.holder() == holder).then_some(position)
+            (workers.holders[position] == holder).then_some(position)
         });
         let blocks = sequence_hashes.len();
         for (((candidate, entry), cached), shared) in self

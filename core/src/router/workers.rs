@@ -3,7 +3,7 @@
 mod active_chains;
 mod load_cell;
 
-pub(crate) use active_chains::ActiveChains;
+pub(crate) use active_chains::{ActiveChains, Holder};
 pub(crate) use load_cell::{ActiveChain, WorkerLoadCell};
 
 use super::worker::{Role, WorkerId, WorkerInfo};
@@ -38,11 +38,13 @@ impl WorkerEntry {
     }
 }
 
-/// A role's workers, sorted by id, with their ids alone for index lookups.
+/// A role's workers, sorted by id, with their ids alone for index lookups and their load
+/// cells' holder keys alone for active-chain lookups.
 #[derive(Default)]
 pub(crate) struct RoleWorkers {
     pub(crate) entries: Vec<Arc<WorkerEntry>>,
     pub(crate) ids: Vec<WorkerId>,
+    pub(crate) holders: Vec<Holder>,
     /// Unique to this list of entries (never 0).
     pub(crate) generation: u64,
 }
@@ -98,12 +100,14 @@ impl Workers {
             .cloned()
             .collect();
         let ids = entries.iter().map(|entry| entry.info.id).collect();
+        let holders = entries.iter().map(|entry| entry.load.holder()).collect();
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         self.by_role.insert(
             role,
             RoleWorkers {
                 entries,
                 ids,
+                holders,
                 generation,
             },
         );
