@@ -120,10 +120,10 @@ impl CostModel {
 }
 
 /// The prefill blocks of the workers a prompt is costed on: `(active_prefill_tokens +
-/// prompt_tokens) / block_size`. A division is slow next to the rest of a cost, and most
-/// workers share their in-flight prefill with another (idle ones have none), so it divides
-/// once for idle workers and once per run of workers with the same prefill in flight; the
-/// results are those of dividing every time.
+/// prompt_tokens) / block_size`. A division is slow next to the rest of a cost, so it divides
+/// once for idle workers (no prefill in flight) and once per run of workers with the same
+/// prefill in flight, and multiplies by the inverse of a power-of-two block size instead; the
+/// results are those of dividing every time, bit for bit.
 #[derive(Clone, Copy, Debug)]
 pub struct PrefillBlocks {
     prompt_tokens: usize,
@@ -167,7 +167,13 @@ impl PrefillBlocks {
     }
 
     fn divide(&self, active_prefill_tokens: u64) -> f64 {
-        (active_prefill_tokens as f64 + self.prompt_tokens as f64) / f64::from(self.block_size)
+        let tokens = active_prefill_tokens as f64 + self.prompt_tokens as f64;
+        if self.block_size.is_power_of_two() {
+            // Exact: scaling by a power of two rounds nothing, as the division would not.
+            tokens * (1.0 / f64::from(self.block_size))
+        } else {
+            tokens / f64::from(self.block_size)
+        }
     }
 }
 
@@ -249,12 +255,14 @@ mod tests {
 
     #[test]
     fn prefill_blocks_divide_as_every_time() {
-        let mut blocks = PrefillBlocks::new(1000, 7);
-        for tokens in [0, 0, 13, 13, 0, 13, 5, 5, 1 << 40, 0] {
-            let load = load(tokens, 0, 0);
-            let expected = (tokens as f64 + 1000.0) / 7.0;
-            assert_eq!(blocks.of(&load).to_bits(), expected.to_bits(), "{tokens}");
-            assert_eq!(blocks.compute(&load).to_bits(), expected.to_bits());
+        for block_size in [7, 16, 1, 1 << 31, 48] {
+            let mut blocks = PrefillBlocks::new(1000, block_size);
+            for tokens in [0, 0, 13, 13, 0, 13, 5, 5, 1 << 40, 0, 12_345_677, u64::MAX] {
+                let load = load(tokens, 0, 0);
+                let expected = (tokens as f64 + 1000.0) / f64::from(block_size);
+                assert_eq!(blocks.of(&load).to_bits(), expected.to_bits(), "{tokens}");
+                assert_eq!(blocks.compute(&load).to_bits(), expected.to_bits());
+            }
         }
     }
 

@@ -136,8 +136,8 @@ impl Kvcr {
     }
 
     /// The choice with the shared-cache credit: the index of the booked candidate among the
-    /// credited costs, whether the credit lowered its cost, and whether it was a best choice
-    /// without any credit. `credited` receives every candidate's credited cost.
+    /// credited costs, and whether it must be committed to its copy. `credited` receives every
+    /// candidate's credited cost.
     fn credited_choice(
         &self,
         request: &RequestView<'_>,
@@ -145,32 +145,34 @@ impl Kvcr {
         credited: &mut Vec<f64>,
     ) -> Result<CreditedChoice, PolicyError> {
         let block_size = check_block_size(request.block_size)?;
-        credited.clear();
-        // One pass: each candidate's overlap-independent terms serve both of its costs.
-        let mut plain_min = f64::INFINITY;
         let mut prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
-        for candidate in request.candidates {
+        credited.clear();
+        credited.extend(request.candidates.iter().map(|candidate| {
             let terms = self
                 .model
                 .terms(&candidate.load, prefill.of(&candidate.load));
-            let source = ranking.best_for(candidate.worker);
-            credited.push(terms.cost(self.credited_overlap(candidate, source)));
-            plain_min = plain_min.min(terms.cost(candidate.cached_blocks as f64));
-        }
+            terms.cost(self.credited_overlap(candidate, ranking.best_for(candidate.worker)))
+        }));
         let index = self.picker.pick(credited).ok_or_else(no_candidates)?;
         let booked = request.candidates.get(index).ok_or_else(no_candidates)?;
-        let credited_cost = credited[index];
-        let plain_cost = self.model.cost(
-            &booked.load,
-            booked.cached_blocks as f64,
-            request.prompt_tokens,
-            block_size,
-        );
-        Ok(CreditedChoice {
-            index,
-            credit_lowered_cost: !is_tied(plain_cost, credited_cost),
-            best_without_credit: is_tied(plain_cost, plain_min),
-        })
+        let plain = |candidate: &Candidate| {
+            let overlap = candidate.cached_blocks as f64;
+            self.model
+                .cost(&candidate.load, overlap, request.prompt_tokens, block_size)
+        };
+        let plain_cost = plain(booked);
+        let credit_lowered_cost = !is_tied(plain_cost, credited[index]);
+        // Only a choice the credit changed can need a commitment: the costs without credit
+        // are computed for that case alone.
+        let commit = credit_lowered_cost && {
+            let plain_min = request
+                .candidates
+                .iter()
+                .map(plain)
+                .fold(f64::INFINITY, f64::min);
+            !is_tied(plain_cost, plain_min)
+        };
+        Ok(CreditedChoice { index, commit })
     }
 }
 
@@ -178,10 +180,9 @@ impl Kvcr {
 struct CreditedChoice {
     /// The booked candidate's index.
     index: usize,
-    /// Whether the credit lowered the booked candidate's cost.
-    credit_lowered_cost: bool,
-    /// Whether the booked candidate was a best choice without any credit.
-    best_without_credit: bool,
+    /// Whether the booked candidate is committed to copying from its best source: the credit
+    /// lowered its cost and it was not a best choice without any credit.
+    commit: bool,
 }
 
 impl WorkerSelectionPolicy for Kvcr {
@@ -209,9 +210,7 @@ impl WorkerSelectionPolicy for Kvcr {
             with_cost_buffer(|credited| self.credited_choice(request, &ranking, credited))?;
         let booked = candidates.get(choice.index).ok_or_else(no_candidates)?;
         let copy = match ranking.best_for(booked.worker) {
-            Some(source) if choice.credit_lowered_cost && !choice.best_without_credit => {
-                commit(request, booked, source)
-            }
+            Some(source) if choice.commit => commit(request, booked, source),
             _ => None,
         };
         Ok(match copy {
