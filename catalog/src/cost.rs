@@ -66,7 +66,7 @@ impl CostModel {
         prompt_tokens: usize,
         block_size: u32,
     ) -> f64 {
-        let prefill = PrefillBlocks::new(prompt_tokens, block_size).compute(load);
+        let prefill = PrefillBlocks::new(prompt_tokens, block_size).of(load);
         self.terms(load, prefill).cost(overlap)
     }
 
@@ -78,8 +78,8 @@ impl CostModel {
             overlap_score_credit: self.overlap_score_credit,
             prefill_load_scale: self.prefill_load_scale,
             prefill,
-            decode: load.potential_decode_blocks() as f64,
-            requests: self.decode_active_request_weight * load.active_requests as f64,
+            decode: count(load.potential_decode_blocks()),
+            requests: self.decode_active_request_weight * count(load.active_requests),
         }
     }
 
@@ -103,7 +103,7 @@ impl CostModel {
         costs: &mut Vec<f64>,
     ) -> Result<(), PolicyError> {
         let block_size = check_block_size(request.block_size)?;
-        let mut prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
+        let prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
         costs.clear();
         costs.extend(
             request
@@ -120,59 +120,36 @@ impl CostModel {
 }
 
 /// The prefill blocks of the workers a prompt is costed on: `(active_prefill_tokens +
-/// prompt_tokens) / block_size`. A division is slow next to the rest of a cost, so it divides
-/// once for idle workers (no prefill in flight) and once per run of workers with the same
-/// prefill in flight, and multiplies by the inverse of a power-of-two block size instead; the
-/// results are those of dividing every time, bit for bit.
+/// prompt_tokens) / block_size`. A division is slow next to the rest of a cost, so for a
+/// power-of-two block size it multiplies by the inverse instead: scaling by a power of two
+/// rounds nothing, as the division would not, so the results are the division's, bit for bit.
 #[derive(Clone, Copy, Debug)]
 pub struct PrefillBlocks {
-    prompt_tokens: usize,
-    block_size: u32,
-    /// Prefill blocks of a worker with no prefill in flight.
-    idle: f64,
-    /// The last worker's prefill in flight and its prefill blocks.
-    last: (u64, f64),
+    prompt_tokens: f64,
+    block_size: f64,
+    /// `1 / block_size` when that is exact (a power-of-two block size).
+    inverse: Option<f64>,
 }
 
 impl PrefillBlocks {
     /// The prefill blocks of a `prompt_tokens` prompt, `block_size` tokens per block (not 0:
     /// see [`check_block_size`]).
     pub fn new(prompt_tokens: usize, block_size: u32) -> Self {
-        let mut blocks = Self {
-            prompt_tokens,
-            block_size,
-            idle: 0.0,
-            last: (0, 0.0),
-        };
-        blocks.idle = blocks.divide(0);
-        blocks.last = (0, blocks.idle);
-        blocks
-    }
-
-    /// The prefill blocks of a worker with `load`.
-    pub fn of(&mut self, load: &WorkerLoad) -> f64 {
-        match load.active_prefill_tokens {
-            0 => self.idle,
-            tokens if tokens == self.last.0 => self.last.1,
-            tokens => {
-                self.last = (tokens, self.divide(tokens));
-                self.last.1
-            }
+        Self {
+            prompt_tokens: prompt_tokens as f64,
+            block_size: f64::from(block_size),
+            inverse: block_size
+                .is_power_of_two()
+                .then(|| 1.0 / f64::from(block_size)),
         }
     }
 
-    /// The prefill blocks of a worker with `load`, computed afresh.
-    fn compute(&self, load: &WorkerLoad) -> f64 {
-        self.divide(load.active_prefill_tokens)
-    }
-
-    fn divide(&self, active_prefill_tokens: u64) -> f64 {
-        let tokens = active_prefill_tokens as f64 + self.prompt_tokens as f64;
-        if self.block_size.is_power_of_two() {
-            // Exact: scaling by a power of two rounds nothing, as the division would not.
-            tokens * (1.0 / f64::from(self.block_size))
-        } else {
-            tokens / f64::from(self.block_size)
+    /// The prefill blocks of a worker with `load`.
+    pub fn of(&self, load: &WorkerLoad) -> f64 {
+        let tokens = count(load.active_prefill_tokens) + self.prompt_tokens;
+        match self.inverse {
+            Some(inverse) => tokens * inverse,
+            None => tokens / self.block_size,
         }
     }
 }
@@ -195,6 +172,16 @@ impl CostTerms {
     pub fn cost(&self, overlap: f64) -> f64 {
         let credit = self.overlap_score_credit * overlap;
         self.prefill_load_scale * (self.prefill - credit).max(0.0) + self.decode + self.requests
+    }
+}
+
+/// `n` as a float, exactly as `n as f64` rounds it. Counts below 2⁶³ (all of them, in
+/// practice) take the signed conversion, one instruction where the unsigned one takes several.
+#[inline]
+pub fn count(n: u64) -> f64 {
+    match i64::try_from(n) {
+        Ok(signed) => signed as f64,
+        Err(_) => n as f64,
     }
 }
 
@@ -256,13 +243,28 @@ mod tests {
     #[test]
     fn prefill_blocks_divide_as_every_time() {
         for block_size in [7, 16, 1, 1 << 31, 48] {
-            let mut blocks = PrefillBlocks::new(1000, block_size);
-            for tokens in [0, 0, 13, 13, 0, 13, 5, 5, 1 << 40, 0, 12_345_677, u64::MAX] {
+            let blocks = PrefillBlocks::new(1000, block_size);
+            for tokens in [0, 13, 5, 1 << 40, 12_345_677, u64::MAX] {
                 let load = load(tokens, 0, 0);
                 let expected = (tokens as f64 + 1000.0) / f64::from(block_size);
                 assert_eq!(blocks.of(&load).to_bits(), expected.to_bits(), "{tokens}");
-                assert_eq!(blocks.compute(&load).to_bits(), expected.to_bits());
             }
+        }
+    }
+
+    #[test]
+    fn counts_convert_as_the_cast_does() {
+        for n in [
+            0,
+            1,
+            12_345,
+            (1 << 53) + 1,
+            i64::MAX as u64,
+            1 << 63,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            assert_eq!(count(n).to_bits(), (n as f64).to_bits(), "{n}");
         }
     }
 

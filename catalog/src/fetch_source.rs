@@ -25,7 +25,16 @@ impl<'a> SourceRanking<'a> {
             first: None,
             second: None,
         };
-        for candidate in candidates.iter().filter(|c| offers_source(c)) {
+        for candidate in candidates {
+            // Most candidates hold fewer blocks than the second best: one comparison rules
+            // them out.
+            if ranking
+                .second
+                .is_some_and(|second| candidate.cached_blocks < second.cached_blocks)
+                || !offers_source(candidate)
+            {
+                continue;
+            }
             if ranking
                 .first
                 .is_none_or(|first| key(candidate) < key(first))

@@ -2,13 +2,13 @@
 
 use crate::cost::{
     CostModel, DEFAULT_DECODE_ACTIVE_REQUEST_WEIGHT, DEFAULT_OVERLAP_SCORE_CREDIT,
-    DEFAULT_PREFILL_LOAD_SCALE, PrefillBlocks, check_block_size, no_candidates,
+    DEFAULT_PREFILL_LOAD_SCALE, PrefillBlocks, check_block_size, count, no_candidates,
 };
 use crate::cost_buffer::with_cost_buffer;
 use crate::default_cost::DefaultCostConfig;
 use crate::fetch_source::{SourceRanking, root_aligned_hashes};
 use crate::invalid_parameter::{InvalidParameter, fraction};
-use crate::picker::{CostPicker, is_tied};
+use crate::picker::{CostPicker, is_tied, min_max};
 use dynamo_kv_router::plugins::prelude::*;
 
 /// The parameters of `kvcr`: those of `dynamo-default-cost-fn` plus `shared_cache_multiplier`.
@@ -113,7 +113,7 @@ impl Kvcr {
     /// the blocks its best source (`source`) caches beyond it.
     fn credited_overlap(&self, candidate: &Candidate, source: Option<&Candidate>) -> f64 {
         let extra = source.map_or(0, |source| extra_blocks(source, candidate));
-        candidate.cached_blocks as f64 + self.shared_cache_multiplier * extra as f64
+        count(candidate.cached_blocks as u64) + self.shared_cache_multiplier * count(extra as u64)
     }
 
     /// Every candidate's cost with the shared-cache credit, and the best source each one would
@@ -136,40 +136,40 @@ impl Kvcr {
     }
 
     /// The choice with the shared-cache credit: the index of the booked candidate among the
-    /// credited costs, and whether it must be committed to its copy. `credited` receives every
-    /// candidate's credited cost.
+    /// credited costs, and whether it must be committed to its copy. `costs` is the buffer the
+    /// candidates' costs are computed in.
     fn credited_choice(
         &self,
         request: &RequestView<'_>,
         ranking: &SourceRanking<'_>,
-        credited: &mut Vec<f64>,
+        costs: &mut Vec<f64>,
     ) -> Result<CreditedChoice, PolicyError> {
         let block_size = check_block_size(request.block_size)?;
-        let mut prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
-        credited.clear();
-        credited.extend(request.candidates.iter().map(|candidate| {
+        let prefill = PrefillBlocks::new(request.prompt_tokens, block_size);
+        let candidates = request.candidates;
+        costs.clear();
+        costs.resize(2 * candidates.len(), 0.0);
+        let (credited, plain) = costs.split_at_mut(candidates.len());
+        // One pass: each candidate's overlap-independent terms serve both of its costs.
+        for ((credited, plain), candidate) in
+            credited.iter_mut().zip(plain.iter_mut()).zip(candidates)
+        {
             let terms = self
                 .model
                 .terms(&candidate.load, prefill.of(&candidate.load));
-            terms.cost(self.credited_overlap(candidate, ranking.best_for(candidate.worker)))
-        }));
+            let source = ranking.best_for(candidate.worker);
+            *credited = terms.cost(self.credited_overlap(candidate, source));
+            *plain = terms.cost(count(candidate.cached_blocks as u64));
+        }
         let index = self.picker.pick(credited).ok_or_else(no_candidates)?;
-        let booked = request.candidates.get(index).ok_or_else(no_candidates)?;
-        let plain = |candidate: &Candidate| {
-            let overlap = candidate.cached_blocks as f64;
-            self.model
-                .cost(&candidate.load, overlap, request.prompt_tokens, block_size)
+        let (Some(&credited_cost), Some(&plain_cost)) = (credited.get(index), plain.get(index))
+        else {
+            return Err(no_candidates());
         };
-        let plain_cost = plain(booked);
-        let credit_lowered_cost = !is_tied(plain_cost, credited[index]);
-        // Only a choice the credit changed can need a commitment: the costs without credit
-        // are computed for that case alone.
+        let credit_lowered_cost = !is_tied(plain_cost, credited_cost);
+        // Only a choice the credit changed can need a commitment.
         let commit = credit_lowered_cost && {
-            let plain_min = request
-                .candidates
-                .iter()
-                .map(plain)
-                .fold(f64::INFINITY, f64::min);
+            let (plain_min, _) = min_max(plain).ok_or_else(no_candidates)?;
             !is_tied(plain_cost, plain_min)
         };
         Ok(CreditedChoice { index, commit })
@@ -206,8 +206,7 @@ impl WorkerSelectionPolicy for Kvcr {
         }
 
         let ranking = SourceRanking::new(candidates);
-        let choice =
-            with_cost_buffer(|credited| self.credited_choice(request, &ranking, credited))?;
+        let choice = with_cost_buffer(|costs| self.credited_choice(request, &ranking, costs))?;
         let booked = candidates.get(choice.index).ok_or_else(no_candidates)?;
         let copy = match ranking.best_for(booked.worker) {
             Some(source) if choice.commit => commit(request, booked, source),
