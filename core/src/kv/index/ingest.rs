@@ -229,6 +229,11 @@ impl KvIndex {
         // then the next ones likely miss too, and their table slots are worth prefetching.
         let mut probing = true;
         let mut previous = parent.map(|(_, seq)| seq.0);
+        // The first blocks' slots now: the loop prefetches each block `STORE_AHEAD` ahead.
+        for (block, &seq) in store.blocks.iter().zip(&seqs).take(STORE_AHEAD) {
+            self.by_engine.prefetch(key_hash(block.block_hash.0));
+            self.by_seq.prefetch(key_hash(seq));
+        }
         for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
             let origin = Origin::new(block.tokens_hash, previous);
             previous = Some(seq);
@@ -318,12 +323,12 @@ impl KvIndex {
             None => false,
         };
         let canonical = if guessed {
-            Some(guess)
+            Ok(guess)
         } else {
-            self.canonical_block(engine)
+            self.canonical_block_or_vacancy(engine)
         };
         let block = match canonical {
-            Some(block) => {
+            Ok(block) => {
                 let entry = self.blocks.get_mut(block);
                 if entry.seq != seq {
                     return None;
@@ -334,12 +339,11 @@ impl KvIndex {
                 entry.holders |= bit;
                 block
             }
-            None => {
-                if self.find_block(seq).is_some() {
-                    return None;
-                }
-                let block = self.alloc_block(seq, engine, bit, origin);
-                self.by_engine.insert(key_hash(engine), block);
+            Err(engine_vacancy) => {
+                // Both probes ended at the empty slots the new block's entries go to.
+                let seq_vacancy = self.find_block_or_vacancy(seq).err()?;
+                let block = self.alloc_block_at(seq, engine, bit, origin, Some(seq_vacancy));
+                self.by_engine.fill(engine_vacancy, key_hash(engine), block);
                 block
             }
         };
