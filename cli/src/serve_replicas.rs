@@ -187,7 +187,13 @@ async fn write_periodically(service: Arc<SelectionService>, path: PathBuf, every
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        let state = RouterState::capture(&service);
+        let state = match RouterState::capture(&service) {
+            Ok(state) => state,
+            Err(problem) => {
+                eprintln!("warning: cannot write the snapshot: {problem}");
+                continue;
+            }
+        };
         let path = path.clone();
         let written = tokio::task::spawn_blocking(move || state.write(&path)).await;
         if let Ok(Err(problem)) = written {
@@ -218,7 +224,13 @@ impl StartedReplica {
     pub fn shut_down(self, service: &SelectionService, out: &mut dyn Write) {
         if let Some((path, task)) = self.snapshot {
             task.abort();
-            let state = RouterState::capture(service);
+            let state = match RouterState::capture(service) {
+                Ok(state) => state,
+                Err(problem) => {
+                    let _ = writeln!(out, "{problem}");
+                    return;
+                }
+            };
             let blocks = state.blocks();
             let _ = match state.write(&path) {
                 Ok(()) => writeln!(

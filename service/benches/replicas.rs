@@ -113,7 +113,10 @@ async fn warm_start_figures() {
     let path =
         std::env::temp_dir().join(format!("kv-router-bench-{}.snapshot", std::process::id()));
     let started = Instant::now();
-    RouterState::capture(&source).write(&path).expect("write");
+    RouterState::capture(&source)
+        .expect("capture")
+        .write(&path)
+        .expect("write");
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     println!(
         "snapshot written in {:.2} s ({:.1} MB)",

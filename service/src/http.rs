@@ -210,7 +210,7 @@ async fn potential_loads(
 }
 
 async fn dump(State(service): State<Arc<SelectionService>>) -> Response {
-    json_response(StatusCode::OK, &service.dump())
+    answer(StatusCode::OK, service.dump())
 }
 
 async fn metrics(State(service): State<Arc<SelectionService>>) -> Response {

@@ -2,7 +2,7 @@
 //! policies) at the block size its workers registered with.
 
 use crate::worker_record::PartitionKey;
-use dynamo_kv_router::kv::RouterEvent;
+use dynamo_kv_router::kv::{DumpError, RouterEvent};
 use dynamo_kv_router::router::{Router, RouterOptions, RouterSetup};
 
 /// One partition's router.
@@ -43,11 +43,9 @@ impl Partition {
         }
     }
 
-    /// The partition's index in upstream's dump form (see `Router::export_events`).
-    pub fn dump_events(&self) -> Vec<RouterEvent> {
-        // `new` builds every partition router with lineage, so its dump cannot fail.
-        self.router
-            .export_events()
-            .unwrap_or_else(|error| unreachable!("partition {}: {error}", self.key))
+    /// The partition's index in upstream's dump form (see `Router::export_events`). `new`
+    /// builds every partition router with lineage, so this fails only if that ever changed.
+    pub fn dump_events(&self) -> Result<Vec<RouterEvent>, DumpError> {
+        self.router.export_events()
     }
 }

@@ -154,9 +154,15 @@ impl SelectionService {
     /// `RouterEvent`s in upstream's dump form (see `Router::export_events`: per worker rank,
     /// `stored` events of local hashes chained through the worker's engine hashes, parents
     /// first), which this project's index and upstream's radix trees rebuild.
-    pub fn dump(&self) -> serde_json::Value {
+    pub fn dump(&self) -> Result<serde_json::Value, ServiceError> {
         let mut out = serde_json::Map::new();
         for partition in self.partitions() {
+            let events = partition.dump_events().map_err(|error| {
+                ServiceError::Internal(format!(
+                    "cannot dump partition {}:{}: {error}",
+                    partition.key.model_name, partition.key.routing_group
+                ))
+            })?;
             out.insert(
                 format!(
                     "{}:{}",
@@ -164,11 +170,11 @@ impl SelectionService {
                 ),
                 serde_json::json!({
                     "block_size": partition.block_size,
-                    "events": partition.dump_events(),
+                    "events": events,
                 }),
             );
         }
-        serde_json::Value::Object(out)
+        Ok(serde_json::Value::Object(out))
     }
 
     /// `GET /metrics`: every partition router's Prometheus text, each sample labelled with

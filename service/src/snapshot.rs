@@ -79,14 +79,22 @@ pub enum SnapshotError {
         /// The file.
         path: PathBuf,
     },
+    /// A partition's index could not be dumped.
+    #[error("cannot capture partition {partition}: {source}")]
+    Dump {
+        /// The partition (`"model:group"`).
+        partition: String,
+        /// Why.
+        source: dynamo_kv_router::kv::DumpError,
+    },
     /// The state is not what `GET /workers` and `GET /dump` answer.
     #[error("malformed router state: {0}")]
     Malformed(String),
 }
 
 impl RouterState {
-    /// `service`'s state now.
-    pub fn capture(service: &SelectionService) -> Self {
+    /// `service`'s state now. Fails if a partition's index cannot be dumped.
+    pub fn capture(service: &SelectionService) -> Result<Self, SnapshotError> {
         let workers = service
             .list_workers(None, None)
             .into_iter()
@@ -96,19 +104,26 @@ impl RouterState {
             .partitions()
             .into_iter()
             .map(|partition| {
-                (
-                    format!(
-                        "{}:{}",
-                        partition.key.model_name, partition.key.routing_group
-                    ),
+                let key = format!(
+                    "{}:{}",
+                    partition.key.model_name, partition.key.routing_group
+                );
+                let events = partition
+                    .dump_events()
+                    .map_err(|error| SnapshotError::Dump {
+                        partition: key.clone(),
+                        source: error,
+                    })?;
+                Ok((
+                    key,
                     DumpEntry {
                         block_size: partition.block_size,
-                        events: partition.dump_events(),
+                        events,
                     },
-                )
+                ))
             })
-            .collect();
-        Self { workers, dump }
+            .collect::<Result<_, SnapshotError>>()?;
+        Ok(Self { workers, dump })
     }
 
     /// Reads the bodies of the answers to `GET /workers` and `GET /dump`.

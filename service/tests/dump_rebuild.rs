@@ -128,6 +128,7 @@ async fn the_dump_rebuilds_every_workers_overlap_through_a_snapshot_and_a_peer()
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("snapshot");
     RouterState::capture(&source.service)
+        .expect("capture the state")
         .write(&path)
         .expect("write the snapshot");
     let from_snapshot = start(DEFAULT_YAML).await;

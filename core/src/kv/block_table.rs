@@ -8,10 +8,14 @@
 //! the slab). Linear probing with backward-shift deletion (no tombstones), at most 2^32
 //! slots.
 
+use super::huge_page_array::HugePageArray;
 use super::index_hasher::mix;
 
 /// Tag and slab index of one occupied slot; 0 is an empty slot.
 type Slot = u64;
+
+/// Slots per 64-byte cache line.
+const SLOTS_PER_LINE: usize = 8;
 
 /// The tag half of a slot.
 const TAG: u64 = 0xFFFF_FFFF_0000_0000;
@@ -19,8 +23,15 @@ const TAG: u64 = 0xFFFF_FFFF_0000_0000;
 /// Key hash → slab index, with the keys kept by the caller.
 #[derive(Default)]
 pub(crate) struct BlockTable {
-    slots: Vec<Slot>,
+    slots: HugePageArray,
     len: usize,
+}
+
+/// Where [`BlockTable::find_or_vacancy`] found a key absent: the empty slot ending its probe
+/// (`None` in a table with no slots yet).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vacancy {
+    at: Option<usize>,
 }
 
 /// The hash the table files `key` under.
@@ -45,7 +56,7 @@ impl BlockTable {
     pub(crate) fn with_capacity(blocks: usize) -> Self {
         let mut table = Self::default();
         if blocks > 0 {
-            table.slots = vec![0; capacity_for(blocks)];
+            table.slots = HugePageArray::zeroed(capacity_for(blocks));
         }
         table
     }
@@ -71,11 +82,17 @@ impl BlockTable {
         }
     }
 
-    /// Hints the CPU to load the slot where the probe for `hash` starts (a store prefetches
-    /// the slots of the blocks after the one it is storing, so their misses overlap).
+    /// Hints the CPU to load the slots where the probe for `hash` starts, two cache lines of
+    /// them (a store prefetches the slots of the blocks after the one it is storing, so their
+    /// misses overlap; a probe for a key that is absent, as for every new block, reads its
+    /// whole run, which at 7/8 full often reaches into the next line).
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        if let Some(slot) = self.slots.get(self.home(hash)) {
+        let home = self.home(hash);
+        if let Some(slot) = self.slots.get(home) {
+            prefetch(slot);
+        }
+        if let Some(slot) = self.slots.get(home + SLOTS_PER_LINE) {
             prefetch(slot);
         }
     }
@@ -107,6 +124,44 @@ impl BlockTable {
         }
     }
 
+    /// [`BlockTable::find`], or where `hash`'s key would go when it is absent: the probe
+    /// for an absent key ends at the empty slot an insert would fill, so
+    /// [`BlockTable::fill`] can file it there without walking the run again.
+    #[inline]
+    pub(crate) fn find_or_vacancy(
+        &self,
+        hash: u64,
+        mut is_key: impl FnMut(u32) -> bool,
+    ) -> Result<u32, Vacancy> {
+        let tag = hash & TAG;
+        let mut at = self.home(hash);
+        loop {
+            let Some(&slot) = self.slots.get(at) else {
+                return Err(Vacancy { at: None });
+            };
+            if slot == 0 {
+                return Err(Vacancy { at: Some(at) });
+            }
+            if slot & TAG == tag && is_key(block_of(slot)) {
+                return Ok(block_of(slot));
+            }
+            at = self.next(at);
+        }
+    }
+
+    /// Files `block` under `hash` at `vacancy`, which [`BlockTable::find_or_vacancy`] returned
+    /// for `hash` with no change to the table since (the table grows first when it must, and
+    /// then places the entry as [`BlockTable::insert`] does).
+    pub(crate) fn fill(&mut self, vacancy: Vacancy, hash: u64, block: u32) {
+        match vacancy.at {
+            Some(at) if (self.len + 1) * 8 <= self.slots.len() * 7 => {
+                self.slots[at] = slot_of(hash, block);
+                self.len += 1;
+            }
+            _ => self.insert(hash, block),
+        }
+    }
+
     /// Files `block` under `hash` (the caller checked that its key is not present).
     pub(crate) fn insert(&mut self, hash: u64, block: u32) {
         if (self.len + 1) * 8 > self.slots.len() * 7 {
@@ -126,8 +181,8 @@ impl BlockTable {
 
     fn grow(&mut self) {
         let capacity = capacity_for(self.len + 1).max(self.slots.len() + self.slots.len() / 2);
-        let old = std::mem::replace(&mut self.slots, vec![0; capacity]);
-        for slot in old.into_iter().filter(|slot| *slot != 0) {
+        let old = std::mem::replace(&mut self.slots, HugePageArray::zeroed(capacity));
+        for slot in old.iter().copied().filter(|slot| *slot != 0) {
             self.place(slot);
         }
     }
@@ -242,6 +297,60 @@ mod tests {
             );
         }
         assert_eq!(table.find(hashes[0], |b| b == 0), None);
+    }
+
+    #[test]
+    fn growing_keeps_every_entry_reachable_after_removals_and_wrapping_runs() {
+        // Tags crowded at the top of the range make runs wrap around the end of the table.
+        let hashes: Vec<u64> = (0..4_000u64)
+            .map(|i| {
+                let tag = if i % 3 == 0 {
+                    u32::MAX - (i % 64) as u32
+                } else {
+                    key_hash(i) as u32
+                };
+                (u64::from(tag) << 32) | i
+            })
+            .collect();
+        let mut table = BlockTable::default();
+        for (block, hash) in hashes.iter().enumerate() {
+            table.insert(*hash, block as u32);
+            if block % 5 == 4 {
+                assert!(table.remove(hashes[block - 2], (block - 2) as u32));
+            }
+        }
+        for (block, hash) in hashes.iter().enumerate() {
+            let removed = block % 5 == 2 && block + 2 < hashes.len();
+            let found = table.find(*hash, |b| b == block as u32);
+            assert_eq!(found, (!removed).then_some(block as u32), "block {block}");
+        }
+    }
+
+    #[test]
+    fn fills_the_vacancy_a_probe_found_like_an_insert() {
+        let keys = keys(3_000);
+        let mut table = BlockTable::default();
+        for (block, key) in keys.iter().enumerate() {
+            let found = table.find_or_vacancy(key_hash(*key), |b| keys[b as usize] == *key);
+            let Err(vacancy) = found else {
+                panic!("key {block} found before it was filed");
+            };
+            table.fill(vacancy, key_hash(*key), block as u32);
+            // Filed once: the next probe finds it.
+            assert_eq!(
+                table
+                    .find_or_vacancy(key_hash(*key), |b| keys[b as usize] == *key)
+                    .ok(),
+                Some(block as u32)
+            );
+        }
+        assert_eq!(table.len(), keys.len());
+        for (block, key) in keys.iter().enumerate() {
+            assert_eq!(
+                table.find(key_hash(*key), |b| keys[b as usize] == *key),
+                Some(block as u32)
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod event_cursor;
 pub mod event_outcome;
 pub mod event_placement;
 pub mod hashing;
+mod huge_page_array;
 pub mod index;
 mod index_hasher;
 pub mod request_identity;

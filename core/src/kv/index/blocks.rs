@@ -6,7 +6,7 @@ use super::block_lineage::Origin;
 use super::{GROUP, KvIndex};
 use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::WorkerId;
-use crate::kv::block_table::key_hash;
+use crate::kv::block_table::{Vacancy, key_hash};
 use crate::kv::index_hasher::mix;
 
 /// One distinct block in the slab.
@@ -63,11 +63,25 @@ impl KvIndex {
             .find(key_hash(seq), |block| blocks.get(block).seq == seq)
     }
 
+    /// [`KvIndex::find_block`], or where `by_seq` would file `seq`.
+    #[inline]
+    pub(super) fn find_block_or_vacancy(&self, seq: u64) -> Result<u32, Vacancy> {
+        let blocks = &self.blocks;
+        self.by_seq
+            .find_or_vacancy(key_hash(seq), |block| blocks.get(block).seq == seq)
+    }
+
     /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
     pub(super) fn canonical_block(&self, engine: u64) -> Option<u32> {
+        self.canonical_block_or_vacancy(engine).ok()
+    }
+
+    /// [`KvIndex::canonical_block`], or where `by_engine` would file `engine`.
+    #[inline]
+    pub(super) fn canonical_block_or_vacancy(&self, engine: u64) -> Result<u32, Vacancy> {
         let blocks = &self.blocks;
         self.by_engine
-            .find(key_hash(engine), |block| blocks.get(block).engine == engine)
+            .find_or_vacancy(key_hash(engine), |block| blocks.get(block).engine == engine)
     }
 
     pub(super) fn overflow_mask(&self, block: u32, group: u32) -> u64 {
@@ -150,6 +164,19 @@ impl KvIndex {
         holders: u64,
         origin: Origin,
     ) -> u32 {
+        self.alloc_block_at(seq, engine, holders, origin, None)
+    }
+
+    /// [`KvIndex::alloc_block`], filing `seq` in `by_seq` at `vacancy` when a probe for it
+    /// just found it absent there.
+    pub(super) fn alloc_block_at(
+        &mut self,
+        seq: u64,
+        engine: u64,
+        holders: u64,
+        origin: Origin,
+        vacancy: Option<Vacancy>,
+    ) -> u32 {
         let entry = Block {
             seq,
             engine,
@@ -162,7 +189,10 @@ impl KvIndex {
             }
             None => self.blocks.push(entry),
         };
-        self.by_seq.insert(key_hash(seq), index);
+        match vacancy {
+            Some(vacancy) => self.by_seq.fill(vacancy, key_hash(seq), index),
+            None => self.by_seq.insert(key_hash(seq), index),
+        }
         self.lineage.record(index, origin);
         index
     }

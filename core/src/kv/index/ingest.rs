@@ -13,7 +13,7 @@ use crate::kv::event_outcome::{EventOutcome, IgnoreReason};
 use crate::kv::event_placement::EventPlacement;
 use crate::kv::hashing::next_sequence_hash;
 
-/// How many blocks of a stored event ahead of the one being stored the table slots are
+/// How many blocks ahead of the one being stored (or removed) an event's table slots are
 /// prefetched.
 const STORE_AHEAD: usize = 4;
 
@@ -165,7 +165,15 @@ impl KvIndex {
             KvCacheEventData::Stored(store) => self.apply_stored(slot, event, store),
             KvCacheEventData::Removed(remove) => {
                 let mut removed = 0u64;
-                for engine in &remove.block_hashes {
+                // A removal finds each block through `by_engine`: its slots are prefetched
+                // some blocks ahead, as a store's are.
+                for engine in remove.block_hashes.iter().take(STORE_AHEAD) {
+                    self.by_engine.prefetch(key_hash(engine.0));
+                }
+                for (n, engine) in remove.block_hashes.iter().enumerate() {
+                    if let Some(later) = remove.block_hashes.get(n + STORE_AHEAD) {
+                        self.by_engine.prefetch(key_hash(later.0));
+                    }
                     match self.block_of_engine(slot, engine.0) {
                         Some(block) => {
                             self.remove_membership(slot, block);
@@ -201,7 +209,7 @@ impl KvIndex {
                     tracing::warn!(worker = %event.worker(), event_id = event.event_id(), %parent, "KV store names its own parent; rejected");
                     return EventOutcome::Ignored(IgnoreReason::InvalidBlockSequence);
                 }
-                match self.block_of_engine(slot, parent.0) {
+                match self.parent_block(slot, parent.0) {
                     Some(block) => Some((block, SequenceHash(self.blocks.get(block).seq))),
                     None => {
                         self.counters.unknown_parents += 1;
@@ -229,6 +237,11 @@ impl KvIndex {
         // then the next ones likely miss too, and their table slots are worth prefetching.
         let mut probing = true;
         let mut previous = parent.map(|(_, seq)| seq.0);
+        // The first blocks' slots now: the loop prefetches each block `STORE_AHEAD` ahead.
+        for (block, &seq) in store.blocks.iter().zip(&seqs).take(STORE_AHEAD) {
+            self.by_engine.prefetch(key_hash(block.block_hash.0));
+            self.by_seq.prefetch(key_hash(seq));
+        }
         for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
             let origin = Origin::new(block.tokens_hash, previous);
             previous = Some(seq);
@@ -252,9 +265,35 @@ impl KvIndex {
                 }
             };
         }
+        if let Some(state) = self.slot_state_mut(slot) {
+            // `guess` follows the last block stored on the fast path (`u32::MAX` otherwise).
+            state.last_stored = guess
+                .checked_sub(1)
+                .filter(|_| guess != u32::MAX)
+                .unwrap_or(u32::MAX);
+        }
         self.store_seqs = seqs;
         self.counters.stored_blocks += store.blocks.len() as u64;
         EventOutcome::Applied
+    }
+
+    /// The block `slot` holds under engine hash `parent` ([`KvIndex::block_of_engine`]),
+    /// trying the block it stored last first: while every live block owns its engine hash
+    /// and the slot has no overrides, a live block with that engine hash that the slot holds
+    /// is the one `by_engine` would name, so the probe is spared.
+    fn parent_block(&self, slot: u32, parent: u64) -> Option<u32> {
+        let state = self.slot_state(slot)?;
+        let (group, bit) = split(slot);
+        if self.unowned == 0
+            && state.overrides == 0
+            && group == 0
+            && let Some(entry) = self.blocks.try_get(state.last_stored)
+            && entry.engine == parent
+            && entry.holders & bit != 0
+        {
+            return Some(state.last_stored);
+        }
+        self.block_of_engine(slot, parent)
     }
 
     pub(super) fn store(&mut self, slot: u32, engine: u64, seq: u64, origin: Origin) {
@@ -318,12 +357,12 @@ impl KvIndex {
             None => false,
         };
         let canonical = if guessed {
-            Some(guess)
+            Ok(guess)
         } else {
-            self.canonical_block(engine)
+            self.canonical_block_or_vacancy(engine)
         };
         let block = match canonical {
-            Some(block) => {
+            Ok(block) => {
                 let entry = self.blocks.get_mut(block);
                 if entry.seq != seq {
                     return None;
@@ -334,12 +373,11 @@ impl KvIndex {
                 entry.holders |= bit;
                 block
             }
-            None => {
-                if self.find_block(seq).is_some() {
-                    return None;
-                }
-                let block = self.alloc_block(seq, engine, bit, origin);
-                self.by_engine.insert(key_hash(engine), block);
+            Err(engine_vacancy) => {
+                // Both probes ended at the empty slots the new block's entries go to.
+                let seq_vacancy = self.find_block_or_vacancy(seq).err()?;
+                let block = self.alloc_block_at(seq, engine, bit, origin, Some(seq_vacancy));
+                self.by_engine.fill(engine_vacancy, key_hash(engine), block);
                 block
             }
         };

@@ -32,6 +32,9 @@ pub(super) struct SlotState {
     pub(super) blocks: usize,
     /// Override records of this slot.
     pub(super) overrides: usize,
+    /// The slab entry of the last block this slot stored, if it took the fast path
+    /// (`u32::MAX` when none): the parent of the worker's next store, more often than not.
+    pub(super) last_stored: u32,
 }
 
 impl SlotState {
@@ -40,6 +43,7 @@ impl SlotState {
             cursor: EventCursor::default(),
             blocks: 0,
             overrides: 0,
+            last_stored: u32::MAX,
         }
     }
 }
