@@ -26,11 +26,29 @@ pub(crate) struct Holder {
     pub(crate) cell: u64,
 }
 
-/// One active chain and its holder.
+/// One active chain and its holder, with its last block kept inline: whether a request
+/// contains the whole chain is then known without reading the chain.
 #[derive(Debug)]
 struct HeldChain {
     holder: Holder,
+    last: SequenceHash,
     chain: Arc<[SequenceHash]>,
+}
+
+impl HeldChain {
+    /// Length of the common prefix of the chain and `request`, which starts with the same
+    /// block (both are in the group of that block); `guess` as for [`common_prefix_near`].
+    fn shared_with(&self, request: &[SequenceHash], guess: usize) -> usize {
+        let len = self.chain.len();
+        if len > request.len() {
+            return common_prefix_near(&self.chain, request, guess);
+        }
+        if request[len - 1] == self.last {
+            return len;
+        }
+        // Blocks 0 agree and blocks len - 1 differ.
+        search_common_prefix(&self.chain, request, 1, len - 1, guess)
+    }
 }
 
 /// The active chains of one first block.
@@ -79,7 +97,7 @@ impl ActiveChains {
             if let Some(longest) = position(held.holder).and_then(|i| shared.get_mut(i))
                 && *longest < chain.len()
             {
-                guess = common_prefix_near(&held.chain, chain, guess);
+                guess = held.shared_with(chain, guess);
                 *longest = (*longest).max(guess);
             }
         }
@@ -117,6 +135,7 @@ impl ActiveChains {
         let shared = Self::shared_prefix(&group.chains, holder, chain);
         group.chains.push(HeldChain {
             holder,
+            last: chain[chain.len() - 1],
             chain: Arc::clone(chain),
         });
         (chain.len() - shared) as u64
@@ -178,9 +197,19 @@ fn common_prefix_near(a: &[SequenceHash], b: &[SequenceHash], guess: usize) -> u
     if a[n - 1] == b[n - 1] {
         return n;
     }
-    // a[low - 1] == b[low - 1] and a[high] != b[high].
-    let (mut low, mut high) = (1, n - 1);
-    if (1..n).contains(&guess) {
+    search_common_prefix(a, b, 1, n - 1, guess)
+}
+
+/// The common prefix of `a` and `b` given that `a[low - 1] == b[low - 1]` and
+/// `a[high] != b[high]` (`1 <= low <= high`): a binary search that tries `guess` first.
+fn search_common_prefix(
+    a: &[SequenceHash],
+    b: &[SequenceHash],
+    mut low: usize,
+    mut high: usize,
+    guess: usize,
+) -> usize {
+    if (low..=high).contains(&guess) {
         if a[guess - 1] != b[guess - 1] {
             high = guess - 1;
         } else if a[guess] != b[guess] {
