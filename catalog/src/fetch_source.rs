@@ -1,6 +1,6 @@
 //! Which peer a worker fetches KV from: the eligible peer with the longest cached prefix.
 
-use dynamo_kv_router::kv::EngineBlockHash;
+use dynamo_kv_router::kv::{EngineBlockHash, SequenceHash};
 use dynamo_kv_router::plugins::{Candidate, RequestView};
 use dynamo_kv_router::router::WorkerId;
 use std::cmp::Reverse;
@@ -86,8 +86,35 @@ pub fn root_aligned_hashes(
     source: WorkerId,
     end: usize,
 ) -> Vec<EngineBlockHash> {
+    with_root_aligned_hashes(request, source, end, <[EngineBlockHash]>::to_vec)
+}
+
+/// Calls `f` with [`root_aligned_hashes`], borrowed from the booking's lookup when it holds
+/// them as they are (no copy).
+pub fn with_root_aligned_hashes<R>(
+    request: &RequestView<'_>,
+    source: WorkerId,
+    end: usize,
+    f: impl FnOnce(&[EngineBlockHash]) -> R,
+) -> R {
     let end = end.min(request.sequence_hashes.len());
     let hashes = &request.sequence_hashes[..end];
+    match request
+        .blocks
+        .recorded_engine_block_hashes(source, 0, hashes)
+    {
+        Some(recorded) => f(recorded),
+        None => f(&looked_up_hashes(request, source, hashes)),
+    }
+}
+
+/// The engine hashes of `hashes` (the request's leading blocks) that `source` reported, up to
+/// the first one the index does not know.
+fn looked_up_hashes(
+    request: &RequestView<'_>,
+    source: WorkerId,
+    hashes: &[SequenceHash],
+) -> Vec<EngineBlockHash> {
     // All known (the common case): one batched lookup; else stop at the first unknown block.
     if let Some(all) = request.blocks.engine_block_hashes(source, 0, hashes) {
         return all;

@@ -1,6 +1,6 @@
 //! `kv_fetch`: tells the booked worker to fetch KV it lacks from a peer that holds it.
 
-use crate::fetch_source::{SourceRanking, root_aligned_hashes};
+use crate::fetch_source::{SourceRanking, with_root_aligned_hashes};
 use crate::invalid_parameter::{InvalidParameter, at_least_one};
 use dynamo_kv_router::kv::EngineBlockHash;
 use dynamo_kv_router::plugins::prelude::*;
@@ -83,11 +83,15 @@ impl HintPolicy for KvFetch {
         if source.cached_blocks < own.saturating_add(self.min_additional_blocks) {
             return Ok(Vec::new());
         }
-        let hashes = root_aligned_hashes(context.request(), source.worker, source.cached_blocks);
-        if hashes.len() < own.saturating_add(self.min_additional_blocks) {
-            return Ok(Vec::new());
-        }
-        Ok(vec![kv_fetch_action(endpoint, &hashes)])
+        let request = context.request();
+        let minimum = own.saturating_add(self.min_additional_blocks);
+        Ok(
+            with_root_aligned_hashes(&request, source.worker, source.cached_blocks, |hashes| {
+                (hashes.len() >= minimum).then(|| kv_fetch_action(endpoint, hashes))
+            })
+            .into_iter()
+            .collect(),
+        )
     }
 
     fn commitments(&self) -> Commitments {

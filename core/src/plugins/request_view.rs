@@ -31,6 +31,20 @@ pub trait BlockLookup: Send + Sync {
             .map(|hash| self.engine_block_hash(worker, *hash))
             .collect()
     }
+
+    /// What [`BlockLookup::engine_block_hashes`] returns, borrowed, when the lookup holds those
+    /// hashes as they are; `None` when it would have to look them up (then call
+    /// `engine_block_hashes`). The default holds nothing; the router's per-booking lookup
+    /// lends what its overlap pass recorded, sparing a copy.
+    fn recorded_engine_block_hashes(
+        &self,
+        worker: WorkerId,
+        first_block: usize,
+        sequence_hashes: &[SequenceHash],
+    ) -> Option<&[EngineBlockHash]> {
+        let _ = (worker, first_block, sequence_hashes);
+        None
+    }
 }
 
 /// A lookup that knows no block; for tests and for routers without a KV index.

@@ -93,6 +93,15 @@ impl BlockLookup for OverlapPass<'_> {
         self.index
             .engine_block_hashes(worker, first_block, sequence_hashes)
     }
+
+    fn recorded_engine_block_hashes(
+        &self,
+        worker: WorkerId,
+        first_block: usize,
+        sequence_hashes: &[SequenceHash],
+    ) -> Option<&[EngineBlockHash]> {
+        self.recorded(worker, first_block, sequence_hashes)
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +172,10 @@ mod tests {
                             expected,
                             "{w} {first}..{end}"
                         );
+                        // What the pass lends is what it would copy.
+                        if let Some(lent) = lookup.recorded_engine_block_hashes(*w, first, hashes) {
+                            assert_eq!(Some(lent.to_vec()), expected, "{w} {first}..{end}");
+                        }
                     }
                 }
             }
@@ -177,5 +190,18 @@ mod tests {
             Some(engines(&[102, 103]))
         );
         assert_eq!(lookup.engine_block_hashes(worker(9), 0, &seqs[..1]), None);
+        // The pass lends canonical ids its workers hold, never a worker's own.
+        assert_eq!(
+            lookup.recorded_engine_block_hashes(worker(1), 1, &seqs[1..4]),
+            Some(&engines(&[101, 102, 103])[..])
+        );
+        assert_eq!(
+            lookup.recorded_engine_block_hashes(worker(2), 1, &seqs[1..3]),
+            None
+        );
+        assert_eq!(
+            lookup.recorded_engine_block_hashes(worker(9), 0, &seqs[..1]),
+            None
+        );
     }
 }
