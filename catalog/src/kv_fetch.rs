@@ -86,7 +86,7 @@ impl HintPolicy for KvFetch {
         let request = context.request();
         let minimum = own.saturating_add(self.min_additional_blocks);
         Ok(
-            with_root_aligned_hashes(&request, source.worker, source.cached_blocks, |hashes| {
+            with_root_aligned_hashes(request, source.worker, source.cached_blocks, |hashes| {
                 (hashes.len() >= minimum).then(|| kv_fetch_action(endpoint, hashes))
             })
             .into_iter()
