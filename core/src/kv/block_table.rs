@@ -327,6 +327,44 @@ mod tests {
     }
 
     #[test]
+    fn growing_through_long_unordered_runs_keeps_every_entry_reachable() {
+        // Tags in a few narrow bands: runs hundreds of slots long, whose entries were filed out
+        // of order, so the growing sweep meets every case (runs, jumps, probing before a run).
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let hashes: Vec<u64> = (0..6_000u64)
+            .map(|i| {
+                let band = (next() % 4) << 30;
+                let tag = band | (next() % (1 << 12));
+                (tag << 32) | i
+            })
+            .collect();
+        let mut table = BlockTable::default();
+        let mut live = Vec::new();
+        for (block, hash) in hashes.iter().enumerate() {
+            table.insert(*hash, block as u32);
+            live.push(block);
+            if next() % 4 == 0 {
+                let victim = live.swap_remove((next() % live.len() as u64) as usize);
+                assert!(table.remove(hashes[victim], victim as u32));
+            }
+        }
+        assert_eq!(table.len(), live.len());
+        for block in live {
+            assert_eq!(
+                table.find(hashes[block], |b| b == block as u32),
+                Some(block as u32),
+                "block {block}"
+            );
+        }
+    }
+
+    #[test]
     fn fills_the_vacancy_a_probe_found_like_an_insert() {
         let keys = keys(3_000);
         let mut table = BlockTable::default();

@@ -99,20 +99,17 @@ impl KvIndex {
             canonical,
         } = engines;
         canonical.clear();
-        // Stores by position into a buffer sized up front keep the pass's loop tight.
+        // The pass records positions in order from 0, so each one is the next push (room is
+        // made up front: no zero-filling of a buffer most of which the pass never reaches).
         engines.clear();
-        engines.resize(sequence_hashes.len(), EngineBlockHash(0));
+        engines.reserve(sequence_hashes.len());
         let hashes = SequenceHash::as_u64s(sequence_hashes);
         self.pass(
             hashes.iter().copied(),
             workers,
             out,
             |own| canonical.push(own),
-            |position, _, engine| {
-                if let Some(slot) = engines.get_mut(position) {
-                    *slot = EngineBlockHash(engine);
-                }
-            },
+            |_, _, engine| engines.push(EngineBlockHash(engine)),
         );
         engines.truncate(out.iter().copied().max().unwrap_or(0));
     }
