@@ -25,14 +25,11 @@ impl<'a> SourceRanking<'a> {
             first: None,
             second: None,
         };
+        // The second best's prefix (0 while there is none): most candidates hold fewer blocks,
+        // and one comparison rules them out.
+        let mut bar = 0;
         for candidate in candidates {
-            // Most candidates hold fewer blocks than the second best: one comparison rules
-            // them out.
-            if ranking
-                .second
-                .is_some_and(|second| candidate.cached_blocks < second.cached_blocks)
-                || !offers_source(candidate)
-            {
+            if candidate.cached_blocks < bar || !offers_source(candidate) {
                 continue;
             }
             if ranking
@@ -47,6 +44,7 @@ impl<'a> SourceRanking<'a> {
             {
                 ranking.second = Some(candidate);
             }
+            bar = ranking.second.map_or(0, |second| second.cached_blocks);
         }
         ranking
     }
