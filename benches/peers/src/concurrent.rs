@@ -5,7 +5,9 @@
 //! thread; the producer waits for each batch of 64 to be applied, so two threads are busy)
 //! and `find_matches_for_request` (hashing plus the find) as the booking.
 
-use crate::engines::{UpstreamCrtc, current_thread_runtime, our_event, upstream_event};
+use crate::engines::{
+    Engine, Ours, UpstreamCrtc, current_thread_runtime, our_event, upstream_event,
+};
 use crate::measure::Latency;
 use crate::workload::{Block, Change, Event, Workload};
 use indicatif::ProgressBar;
@@ -37,6 +39,9 @@ worker_selection:
 pub struct ConcurrentReport {
     pub side: &'static str,
     pub idle: Latency,
+    /// Ours only: the bare find from tokens (`KvIndex` on the same events), one after each
+    /// idle booking, so that both are measured at the same moments.
+    pub idle_find_tokens: Option<Latency>,
     pub loaded: Latency,
     pub events_per_sec: f64,
     pub bookings_per_sec: f64,
@@ -192,9 +197,28 @@ pub fn ours(
         }
         elapsed
     };
-    progress.set_message("ours: booking, idle");
+    progress.set_message("ours: booking, idle, in turns with bare finds");
+    let mut bare = Ours::new(workload.workers, workload.block_size);
+    for event in &workload.events {
+        let event = bare.convert(event);
+        bare.apply(event);
+    }
+    let mut finds = Vec::new();
     let stop = AtomicBool::new(false);
-    let idle = Latency::of(booking_loop(&mut book, &stop, duration / 2));
+    let idle = Latency::of(booking_loop(
+        |n| {
+            let booked = book(n);
+            let tokens = &requests[n % requests.len()];
+            let start = Instant::now();
+            bare.find_tokens(tokens);
+            finds.push(start.elapsed());
+            booked
+        },
+        &stop,
+        duration / 2,
+    ));
+    drop(bare);
+    let idle_find_tokens = Some(Latency::of(finds));
     progress.set_message("ours: booking under ingest");
     let mut churn = Churn::new(chains, workload);
     let (loaded, events, stored, elapsed) = std::thread::scope(|scope| {
@@ -220,7 +244,10 @@ pub fn ours(
         let (events, stored) = writer.join().unwrap_or_default();
         (samples, events, stored, start.elapsed().as_secs_f64())
     });
-    summarize("ours Router", idle, loaded, events, stored, elapsed)
+    ConcurrentReport {
+        idle_find_tokens,
+        ..summarize("ours Router", idle, loaded, events, stored, elapsed)
+    }
 }
 
 /// Upstream's side: `find_matches_for_request` alone, then with a producer feeding the
@@ -314,6 +341,7 @@ fn summarize(
     ConcurrentReport {
         side,
         idle,
+        idle_find_tokens: None,
         loaded: Latency::of(loaded),
         events_per_sec: events as f64 / elapsed,
         bookings_per_sec: bookings as f64 / elapsed,

@@ -41,7 +41,8 @@ struct Args {
     /// Passes over the synthetic queries when timing finds.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
-    /// Ingests per engine and workload (into fresh engines); the median rate is reported.
+    /// Ingests per engine and workload (into fresh engines, the engines taking turns); the
+    /// median rate is reported.
     #[arg(long, default_value_t = 3)]
     ingest_runs: usize,
     /// Seconds of the concurrent phase (booking under ingest; the idle phase takes half).
@@ -99,11 +100,48 @@ fn compare(workload: &Workload, rounds: Rounds) -> Vec<EngineReport> {
     bar.set_length(4 * per_engine as u64);
     let size = workload.block_size;
     let workers = workload.workers;
+    // The timed ingests, the engines taking turns: the machine's speed drifts over seconds,
+    // and runs of one engine after another would compare different moments.
+    bar.set_message("ingests, the engines in turns");
+    let mut ingests: [Vec<measure::IngestSample>; 4] = Default::default();
+    for _ in 0..rounds.ingest_runs {
+        ingests[0].push(measure::ingest_once(|| Ours::new(workers, size), workload));
+        ingests[1].push(measure::ingest_once(|| UpstreamRadix::new(size), workload));
+        ingests[2].push(measure::ingest_once(
+            || UpstreamPositional::new(size),
+            workload,
+        ));
+        ingests[3].push(measure::ingest_once(|| UpstreamCrtc::new(size), workload));
+    }
     let reports = vec![
-        measure::run(|| Ours::new(workers, size), workload, rounds, &bar),
-        measure::run(|| UpstreamRadix::new(size), workload, rounds, &bar),
-        measure::run(|| UpstreamPositional::new(size), workload, rounds, &bar),
-        measure::run(|| UpstreamCrtc::new(size), workload, rounds, &bar),
+        measure::run(
+            || Ours::new(workers, size),
+            workload,
+            rounds,
+            &ingests[0],
+            &bar,
+        ),
+        measure::run(
+            || UpstreamRadix::new(size),
+            workload,
+            rounds,
+            &ingests[1],
+            &bar,
+        ),
+        measure::run(
+            || UpstreamPositional::new(size),
+            workload,
+            rounds,
+            &ingests[2],
+            &bar,
+        ),
+        measure::run(
+            || UpstreamCrtc::new(size),
+            workload,
+            rounds,
+            &ingests[3],
+            &bar,
+        ),
     ];
     bar.finish_and_clear();
     reports
@@ -235,6 +273,14 @@ fn main() -> ExitCode {
                 ours.idle.p50.as_secs_f64() * 1e6,
                 p50.as_secs_f64() * 1e6,
                 ours.idle.p50.as_secs_f64() / p50.as_secs_f64()
+            );
+        }
+        if let Some(finds) = ours.idle_find_tokens {
+            println!(
+                "`Router::book` (kvcr + kv_fetch) idle p50 / ours find-from-tokens p50, the two taken in turns = {:.2} / {:.2} µs = **{:.2}×**\n",
+                ours.idle.p50.as_secs_f64() * 1e6,
+                finds.p50.as_secs_f64() * 1e6,
+                ours.idle.p50.as_secs_f64() / finds.p50.as_secs_f64()
             );
         }
         println!("(load average after: {})\n", load_average());

@@ -65,7 +65,8 @@ pub struct EngineReport {
 pub struct Rounds {
     /// Passes over the queries when timing finds.
     pub find_rounds: usize,
-    /// Ingests into fresh engines; the median rate is reported.
+    /// Ingests into fresh engines per engine, taken in turns across engines; the median rate
+    /// is reported.
     pub ingest_runs: usize,
 }
 
@@ -108,9 +109,20 @@ fn timed_find<E: Engine>(
     elapsed
 }
 
+/// One timed ingest of every event of `workload` into a fresh engine.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IngestSample {
+    /// Stored blocks per second over the whole ingest (removals included in the time).
+    pub blocks_per_sec: f64,
+    /// Events per second over the whole ingest.
+    pub events_per_sec: f64,
+    /// Live heap bytes the ingest left, per membership.
+    pub bytes_per_membership: f64,
+}
+
 /// Ingests every event of `workload` into `engine`: the events are converted first, then
 /// applied in a timed loop; the live bytes left are the index's.
-fn ingest<E: Engine>(engine: &mut E, workload: &Workload, report: &mut EngineReport) {
+fn ingest<E: Engine>(engine: &mut E, workload: &Workload) -> IngestSample {
     let before = live_bytes();
     let native: Vec<E::Event> = workload.events.iter().map(|e| engine.convert(e)).collect();
     let start = Instant::now();
@@ -121,16 +133,44 @@ fn ingest<E: Engine>(engine: &mut E, workload: &Workload, report: &mut EngineRep
     let elapsed = start.elapsed().as_secs_f64();
     let bytes = live_bytes() - before;
     let stored: usize = workload.events.iter().map(|e| e.stored_blocks()).sum();
-    report.ingest_blocks_per_sec = stored as f64 / elapsed;
-    report.ingest_events_per_sec = workload.events.len() as f64 / elapsed;
-    report.bytes_per_membership = bytes as f64 / workload.memberships.max(1) as f64;
+    IngestSample {
+        blocks_per_sec: stored as f64 / elapsed,
+        events_per_sec: workload.events.len() as f64 / elapsed,
+        bytes_per_membership: bytes as f64 / workload.memberships.max(1) as f64,
+    }
 }
 
-/// Measures `make()`'s engine on `workload`.
+/// One timed ingest into a fresh engine from `make`, which is dropped after.
+pub fn ingest_once<E: Engine>(make: impl Fn() -> E, workload: &Workload) -> IngestSample {
+    let mut engine = make();
+    ingest(&mut engine, workload)
+}
+
+/// The report's ingest figures from `samples` (ingests into fresh engines, which the caller
+/// takes in turns with the other engines', so that the machine's drift hits every engine
+/// alike): the median rates, and the bytes of the first ingest.
+fn summarize_ingests(report: &mut EngineReport, samples: &[IngestSample]) {
+    let mut rates: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| (s.blocks_per_sec, s.events_per_sec))
+        .collect();
+    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some(&(blocks, events)) = rates.get(rates.len() / 2) {
+        report.ingest_blocks_per_sec = blocks;
+        report.ingest_events_per_sec = events;
+    }
+    if let Some(first) = samples.first() {
+        report.bytes_per_membership = first.bytes_per_membership;
+    }
+}
+
+/// Measures `make()`'s engine on `workload`; its ingest figures come from `ingests` (see
+/// [`ingest_once`]), and one more ingest fills the engine the finds run on.
 pub fn run<E: Engine>(
     make: impl Fn() -> E,
     workload: &Workload,
     rounds: Rounds,
+    ingests: &[IngestSample],
     progress: &ProgressBar,
 ) -> EngineReport {
     let mut engine = make();
@@ -139,21 +179,11 @@ pub fn run<E: Engine>(
         ..EngineReport::default()
     };
     progress.set_message(format!("{}: ingest", report.engine));
-    // The median of `ingest_runs` ingests into fresh engines (the first one's bytes).
-    let mut rates = Vec::with_capacity(rounds.ingest_runs);
-    for run in 0..rounds.ingest_runs.max(1) {
-        if run > 0 {
-            drop(std::mem::replace(&mut engine, make()));
-        }
-        let bytes = report.bytes_per_membership;
-        ingest(&mut engine, workload, &mut report);
-        if run > 0 {
-            report.bytes_per_membership = bytes;
-        }
-        rates.push((report.ingest_blocks_per_sec, report.ingest_events_per_sec));
+    let sample = ingest(&mut engine, workload);
+    summarize_ingests(&mut report, ingests);
+    if ingests.is_empty() {
+        summarize_ingests(&mut report, &[sample]);
     }
-    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    (report.ingest_blocks_per_sec, report.ingest_events_per_sec) = rates[rates.len() / 2];
     let mut depths = vec![0u32; workload.workers as usize];
     match &workload.checkpoints {
         None => {
