@@ -158,16 +158,10 @@ impl SelectionService {
         let mut out = serde_json::Map::new();
         for partition in self.partitions() {
             let events = partition.dump_events().map_err(|error| {
-                ServiceError::Internal(format!(
-                    "cannot dump partition {}:{}: {error}",
-                    partition.key.model_name, partition.key.routing_group
-                ))
+                ServiceError::Internal(format!("cannot dump partition {}: {error}", partition.key))
             })?;
             out.insert(
-                format!(
-                    "{}:{}",
-                    partition.key.model_name, partition.key.routing_group
-                ),
+                partition.key.dump_key(),
                 serde_json::json!({
                     "block_size": partition.block_size,
                     "events": events,

@@ -104,10 +104,7 @@ impl RouterState {
             .partitions()
             .into_iter()
             .map(|partition| {
-                let key = format!(
-                    "{}:{}",
-                    partition.key.model_name, partition.key.routing_group
-                );
+                let key = partition.key.dump_key();
                 let events = partition
                     .dump_events()
                     .map_err(|error| SnapshotError::Dump {

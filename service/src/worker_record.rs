@@ -415,6 +415,14 @@ pub struct PartitionKey {
     pub routing_group: String,
 }
 
+impl PartitionKey {
+    /// The partition's key in `GET /dump` answers and snapshots: `"model:group"` (a snapshot
+    /// reads it back by splitting at the first `:`).
+    pub fn dump_key(&self) -> String {
+        format!("{}:{}", self.model_name, self.routing_group)
+    }
+}
+
 impl std::fmt::Display for PartitionKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -179,11 +179,9 @@ pub fn run<E: Engine>(
         ..EngineReport::default()
     };
     progress.set_message(format!("{}: ingest", report.engine));
-    let sample = ingest(&mut engine, workload);
-    summarize_ingests(&mut report, ingests);
-    if ingests.is_empty() {
-        summarize_ingests(&mut report, &[sample]);
-    }
+    // This ingest only fills the engine for its finds, unless no timed ingests were given.
+    let own = [ingest(&mut engine, workload)];
+    summarize_ingests(&mut report, if ingests.is_empty() { &own } else { ingests });
     let mut depths = vec![0u32; workload.workers as usize];
     match &workload.checkpoints {
         None => {

@@ -109,19 +109,8 @@ impl BlockTable {
 
     /// The slab index filed under `hash` for which `is_key` holds.
     #[inline]
-    pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
-        let tag = hash & TAG;
-        let mut at = self.home(hash);
-        loop {
-            let slot = *self.slots.get(at)?;
-            if slot == 0 {
-                return None;
-            }
-            if slot & TAG == tag && is_key(block_of(slot)) {
-                return Some(block_of(slot));
-            }
-            at = self.next(at);
-        }
+    pub(crate) fn find(&self, hash: u64, is_key: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.find_or_vacancy(hash, is_key).ok()
     }
 
     /// [`BlockTable::find`], or where `hash`'s key would go when it is absent: the probe

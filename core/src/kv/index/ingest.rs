@@ -239,15 +239,13 @@ impl KvIndex {
         let mut previous = parent.map(|(_, seq)| seq.0);
         // The first blocks' slots now: the loop prefetches each block `STORE_AHEAD` ahead.
         for (block, &seq) in store.blocks.iter().zip(&seqs).take(STORE_AHEAD) {
-            self.by_engine.prefetch(key_hash(block.block_hash.0));
-            self.by_seq.prefetch(key_hash(seq));
+            self.prefetch_slots(block.block_hash.0, seq);
         }
         for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
             let origin = Origin::new(block.tokens_hash, previous);
             previous = Some(seq);
             if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
-                self.by_engine.prefetch(key_hash(later.block_hash.0));
-                self.by_seq.prefetch(key_hash(seqs[n + STORE_AHEAD]));
+                self.prefetch_slots(later.block_hash.0, seqs[n + STORE_AHEAD]);
             }
             // A store may add an override, after which the fast path no longer applies.
             let plain = group == 0
@@ -267,14 +265,23 @@ impl KvIndex {
         }
         if let Some(state) = self.slot_state_mut(slot) {
             // `guess` follows the last block stored on the fast path (`u32::MAX` otherwise).
-            state.last_stored = guess
-                .checked_sub(1)
-                .filter(|_| guess != u32::MAX)
-                .unwrap_or(u32::MAX);
+            state.last_stored = if guess == u32::MAX {
+                u32::MAX
+            } else {
+                guess.wrapping_sub(1)
+            };
         }
         self.store_seqs = seqs;
         self.counters.stored_blocks += store.blocks.len() as u64;
         EventOutcome::Applied
+    }
+
+    /// Hints the CPU to load the table slots a store of the block with engine hash `engine`
+    /// and sequence hash `seq` probes.
+    #[inline]
+    fn prefetch_slots(&self, engine: u64, seq: u64) {
+        self.by_engine.prefetch(key_hash(engine));
+        self.by_seq.prefetch(key_hash(seq));
     }
 
     /// The block `slot` holds under engine hash `parent` ([`KvIndex::block_of_engine`]),
