@@ -7,7 +7,7 @@
 
 use crate::workload::{Change, Event, Query, Workload, engine_id};
 use ours::kv::{
-    EngineBlockHash as OurEngineHash, KvCacheEventData as OurEventData, KvIndex,
+    EngineBlockHash as OurEngineHash, IndexOptions, KvCacheEventData as OurEventData, KvIndex,
     LocalBlockHash as OurLocalHash, RouterEvent as OurEvent, SequenceHash, sequence_hashes_iter,
 };
 use ours::router::WorkerId;
@@ -62,12 +62,21 @@ pub struct Ours {
 
 impl Ours {
     pub fn new(workers: u32, block_size: u32) -> Self {
+        Self::with_capacity(workers, block_size, 0)
+    }
+
+    /// [`Ours::new`] with room for `blocks` distinct blocks made up front
+    /// (`IndexOptions::capacity`), so that its tables do not grow while they fill.
+    pub fn with_capacity(workers: u32, block_size: u32, blocks: usize) -> Self {
         let workers: Vec<WorkerId> = (0..workers)
             .map(|w| WorkerId::new(WORKER_BASE + u64::from(w), 0))
             .collect();
         // With lineage, as the service builds it: upstream's indexers can dump, so ours must
         // pay for dumping too for a fair comparison.
-        let mut index = KvIndex::with_lineage();
+        let mut index = KvIndex::with_options(IndexOptions {
+            capacity: blocks,
+            lineage: true,
+        });
         for worker in &workers {
             index.add_worker(*worker);
         }
@@ -79,6 +88,15 @@ impl Ours {
             hashes: Vec::new(),
         }
     }
+}
+
+/// The distinct blocks our index holds after every event of `workload`.
+pub fn distinct_blocks_at_end(workload: &Workload) -> usize {
+    let mut ours = Ours::new(workload.workers, workload.block_size);
+    for event in &workload.events {
+        let _ = ours.index.apply(&our_event(event));
+    }
+    ours.index.distinct_blocks()
 }
 
 /// `event` as this project's KV event (upstream's form: local hashes chained by parent).
