@@ -230,6 +230,15 @@ fn bench_book(c: &mut Criterion) {
             black_box(&lengths);
         });
     });
+    group.bench_function("pass_without_blocks", |b| {
+        // The pass's cost per booking that does not depend on the prompt: mapping the 64
+        // candidate workers to their slots and setting up the lengths.
+        let mut lengths = Vec::with_capacity(workers.len());
+        b.iter(|| {
+            index.prefix_lengths(black_box(&[]), black_box(&workers), &mut lengths);
+            black_box(&lengths);
+        });
+    });
     group.finish();
     println!(
         "per-booking latency, book_8192_tokens_64_workers: {}",

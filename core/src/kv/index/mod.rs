@@ -25,7 +25,8 @@
 //! `KvIndex` is defined here; its methods live with their concept: `blocks` (the slab, its
 //! tables, override records and who holds which block), `overlap` (the overlap pass and what
 //! it records), `ingest` (admitting and applying events), `workers` (worker slots and recovery
-//! state) and `counters`.
+//! state), `slot_directory` (the workers in order, which the pass maps its candidates through)
+//! and `counters`.
 
 mod block_lineage;
 mod blocks;
@@ -33,6 +34,7 @@ mod counters;
 mod dump;
 mod ingest;
 mod overlap;
+mod slot_directory;
 mod workers;
 
 use super::block_slab::ChunkedSlab;
@@ -42,6 +44,7 @@ use crate::identity::WorkerId;
 use block_lineage::BlockLineage;
 use blocks::{Block, Override};
 use hashbrown::HashTable;
+use slot_directory::SlotDirectory;
 use std::collections::HashMap;
 use workers::SlotState;
 
@@ -70,6 +73,8 @@ pub struct KvIndex {
     override_by_engine: HashTable<u32>,
     slots: Vec<Option<SlotState>>,
     by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
+    /// The same workers and slots in worker order, for the overlap pass.
+    directory: SlotDirectory,
     memberships: usize,
     /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
     /// reuse an id for other content); while there are none, a live block whose engine hash

@@ -133,11 +133,11 @@ impl KvIndex {
         record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
-        out.extend(workers.iter().map(|worker| {
-            let (slot, own) = self.trusted_slot(*worker);
+        self.directory.resolve(workers, |slot| {
+            let (slot, own) = self.trusted_slot(slot);
             canonical(own);
-            slot
-        }));
+            out.push(slot);
+        });
         if self.slots.len() <= GROUP {
             let mask = out
                 .iter()
@@ -263,15 +263,12 @@ impl KvIndex {
         lengths
     }
 
-    /// The slot of `worker` for lookups: `usize::MAX` (no cached prefix) when it is untracked
-    /// or awaits a replay, since its cache state is not trusted then; and whether it is tracked
-    /// and holds every block under the block's canonical engine hash.
-    fn trusted_slot(&self, worker: WorkerId) -> (usize, bool) {
-        let Some((slot, state)) = self
-            .by_worker
-            .get(&worker)
-            .and_then(|&slot| Some((slot, self.slot_state(slot)?)))
-        else {
+    /// The slot for lookups of a worker whose slot is `slot` (`None`: untracked): `usize::MAX`
+    /// (no cached prefix) when it is untracked or awaits a replay, since its cache state is not
+    /// trusted then; and whether it is tracked and holds every block under the block's
+    /// canonical engine hash.
+    fn trusted_slot(&self, slot: Option<u32>) -> (usize, bool) {
+        let Some((slot, state)) = slot.and_then(|slot| Some((slot, self.slot_state(slot)?))) else {
             return (usize::MAX, false);
         };
         let trusted = if state.cursor.awaiting() {

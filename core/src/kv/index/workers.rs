@@ -63,6 +63,7 @@ impl KvIndex {
         };
         self.slots[slot] = Some(SlotState::new());
         self.by_worker.insert(worker, slot as u32);
+        self.directory.insert(worker, slot as u32);
         true
     }
 
@@ -71,6 +72,7 @@ impl KvIndex {
         let Some(slot) = self.by_worker.remove(&worker) else {
             return false;
         };
+        self.directory.remove(worker);
         let was_awaiting = self
             .slot_state(slot)
             .is_some_and(|state| state.cursor.awaiting());
