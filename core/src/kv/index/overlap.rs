@@ -133,11 +133,28 @@ impl KvIndex {
         record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
-        self.directory.resolve(workers, |slot| {
-            let (slot, own) = self.trusted_slot(slot);
-            canonical(own);
-            out.push(slot);
-        });
+        if self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty() {
+            // Every tracked worker is trusted and holds its blocks under their canonical
+            // engine hashes: no worker's state needs reading.
+            self.directory.resolve(workers, |slot| {
+                let (slot, own) = (
+                    slot.map_or(usize::MAX, |slot| slot as usize),
+                    slot.is_some(),
+                );
+                debug_assert_eq!(
+                    (slot, own),
+                    self.trusted_slot((slot != usize::MAX).then_some(slot as u32))
+                );
+                canonical(own);
+                out.push(slot);
+            });
+        } else {
+            self.directory.resolve(workers, |slot| {
+                let (slot, own) = self.trusted_slot(slot);
+                canonical(own);
+                out.push(slot);
+            });
+        }
         if self.slots.len() <= GROUP {
             let mask = out
                 .iter()
