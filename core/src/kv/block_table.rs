@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn growing_through_long_unordered_runs_keeps_every_entry_reachable() {
         // Tags in a few narrow bands: runs hundreds of slots long, whose entries were filed out
-        // of order, so the growing sweep meets every case (runs, jumps, probing before a run).
+        // of order, which every growth re-places.
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = || {
             state ^= state << 13;

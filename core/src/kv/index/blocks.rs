@@ -32,7 +32,7 @@ impl KvIndex {
     /// The blocks `worker` holds, in no particular order: each block's sequence hash and the
     /// engine hash the worker reported for it. Empty for an unknown worker.
     pub fn worker_blocks(&self, worker: WorkerId) -> Vec<(SequenceHash, EngineBlockHash)> {
-        let Some(&slot) = self.by_worker.get(&worker) else {
+        let Some(slot) = self.by_worker.get(worker) else {
             return Vec::new();
         };
         self.blocks
@@ -375,7 +375,7 @@ impl KvIndex {
         worker: WorkerId,
         sequence_hash: SequenceHash,
     ) -> Option<EngineBlockHash> {
-        self.engine_of(*self.by_worker.get(&worker)?, sequence_hash.0)
+        self.engine_of(self.by_worker.get(worker)?, sequence_hash.0)
             .map(EngineBlockHash)
     }
 }

@@ -53,9 +53,9 @@ impl KvIndex {
         let mut workers: Vec<(bool, WorkerId, u32)> = self
             .by_worker
             .iter()
-            .filter_map(|(worker, &slot)| {
+            .filter_map(|(worker, slot)| {
                 let state = self.slot_state(slot)?;
-                (!state.cursor.awaiting()).then_some((state.overrides > 0, *worker, slot))
+                (!state.cursor.awaiting()).then_some((state.overrides > 0, worker, slot))
             })
             .collect();
         workers.sort_unstable();

@@ -18,10 +18,11 @@ use crate::kv::hashing::next_sequence_hash;
 const STORE_AHEAD: usize = 4;
 
 /// Where an engine batch applied in parts ([`KvIndex::apply_batch_part`]) stands: the
-/// delivery being applied (its worker and id) and the cursor's verdict on it.
+/// delivery being applied (its worker and id) and the cursor's verdict on it (the worker's
+/// slot when admitted).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BatchProgress {
-    delivery: Option<(WorkerId, u64, Result<(), EventOutcome>)>,
+    delivery: Option<(WorkerId, u64, Result<u32, EventOutcome>)>,
 }
 
 impl KvIndex {
@@ -30,7 +31,7 @@ impl KvIndex {
     /// ([`KvIndex::replay_request`]); replayed events are applied through this same method.
     pub fn apply(&mut self, event: &RouterEvent) -> EventOutcome {
         let outcome = match self.admit(event) {
-            Ok(()) => self.apply_admitted(event),
+            Ok(slot) => self.apply_admitted(slot, event),
             Err(outcome) => outcome,
         };
         self.count(outcome);
@@ -77,7 +78,7 @@ impl KvIndex {
             };
             progress.delivery = Some((key.0, key.1, verdict));
             let outcome = match verdict {
-                Ok(()) => self.apply_admitted(event),
+                Ok(slot) => self.apply_admitted(slot, event),
                 Err(outcome) => outcome,
             };
             self.count(outcome);
@@ -92,16 +93,19 @@ impl KvIndex {
     /// positions in the engine's stream. The engine's own events, numbered as it numbers them,
     /// then follow as if nothing had been applied.
     pub fn restore(&mut self, event: &RouterEvent) -> EventOutcome {
-        let outcome = self.apply_admitted(event);
+        let outcome = match self.by_worker.get(event.worker()) {
+            Some(slot) => self.apply_admitted(slot, event),
+            None => EventOutcome::Ignored(IgnoreReason::UnknownWorker),
+        };
         self.count(outcome);
         outcome
     }
 
     /// Moves the worker's cursor for `event` (every event of its stream counts, whatever its
-    /// tier); `Err` is the outcome of an event that must not be applied.
-    fn admit(&mut self, event: &RouterEvent) -> Result<(), EventOutcome> {
+    /// tier): the worker's slot, or `Err` with the outcome of an event that must not be applied.
+    fn admit(&mut self, event: &RouterEvent) -> Result<u32, EventOutcome> {
         let worker = event.worker();
-        let Some(&slot) = self.by_worker.get(&worker) else {
+        let Some(slot) = self.by_worker.get(worker) else {
             return Err(EventOutcome::Ignored(IgnoreReason::UnknownWorker));
         };
         let Some(state) = self.slot_state_mut(slot) else {
@@ -141,14 +145,11 @@ impl KvIndex {
                 return Err(EventOutcome::Ignored(IgnoreReason::AwaitingRecovery));
             }
         }
-        Ok(())
+        Ok(slot)
     }
 
-    /// Applies an event the worker's cursor admitted.
-    fn apply_admitted(&mut self, event: &RouterEvent) -> EventOutcome {
-        let Some(&slot) = self.by_worker.get(&event.worker()) else {
-            return EventOutcome::Ignored(IgnoreReason::UnknownWorker);
-        };
+    /// Applies an event of the worker in `slot` that its cursor admitted.
+    fn apply_admitted(&mut self, slot: u32, event: &RouterEvent) -> EventOutcome {
         match event.placement() {
             EventPlacement::Device => {}
             EventPlacement::OtherTier => return EventOutcome::Ignored(IgnoreReason::NonDeviceTier),

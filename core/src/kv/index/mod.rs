@@ -25,8 +25,7 @@
 //! `KvIndex` is defined here; its methods live with their concept: `blocks` (the slab, its
 //! tables, override records and who holds which block), `overlap` (the overlap pass and what
 //! it records), `ingest` (admitting and applying events), `workers` (worker slots and recovery
-//! state), `slot_directory` (the workers in order, which the pass maps its candidates through)
-//! and `counters`.
+//! state), `slot_directory` (each tracked worker's slot, in worker order) and `counters`.
 
 mod block_lineage;
 mod blocks;
@@ -39,13 +38,11 @@ mod workers;
 
 use super::block_slab::ChunkedSlab;
 use super::block_table::BlockTable;
-use super::index_hasher::{U64HashBuilder, U64Map};
-use crate::identity::WorkerId;
+use super::index_hasher::U64Map;
 use block_lineage::BlockLineage;
 use blocks::{Block, Override};
 use hashbrown::HashTable;
 use slot_directory::SlotDirectory;
-use std::collections::HashMap;
 use workers::SlotState;
 
 pub use counters::IndexCounters;
@@ -72,9 +69,7 @@ pub struct KvIndex {
     override_by_block: HashTable<u32>,
     override_by_engine: HashTable<u32>,
     slots: Vec<Option<SlotState>>,
-    by_worker: HashMap<WorkerId, u32, U64HashBuilder>,
-    /// The same workers and slots in worker order, for the overlap pass.
-    directory: SlotDirectory,
+    by_worker: SlotDirectory,
     memberships: usize,
     /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
     /// reuse an id for other content); while there are none, a live block whose engine hash

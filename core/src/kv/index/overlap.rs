@@ -133,28 +133,12 @@ impl KvIndex {
         record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
-        if self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty() {
-            // Every tracked worker is trusted and holds its blocks under their canonical
-            // engine hashes: no worker's state needs reading.
-            self.directory.resolve(workers, |slot| {
-                let (slot, own) = (
-                    slot.map_or(usize::MAX, |slot| slot as usize),
-                    slot.is_some(),
-                );
-                debug_assert_eq!(
-                    (slot, own),
-                    self.trusted_slot((slot != usize::MAX).then_some(slot as u32))
-                );
-                canonical(own);
-                out.push(slot);
-            });
-        } else {
-            self.directory.resolve(workers, |slot| {
-                let (slot, own) = self.trusted_slot(slot);
-                canonical(own);
-                out.push(slot);
-            });
-        }
+        let all_trusted = self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty();
+        self.by_worker.resolve(workers, |slot| {
+            let (slot, own) = self.trusted_slot(slot, all_trusted);
+            canonical(own);
+            out.push(slot);
+        });
         if self.slots.len() <= GROUP {
             let mask = out
                 .iter()
@@ -283,8 +267,17 @@ impl KvIndex {
     /// The slot for lookups of a worker whose slot is `slot` (`None`: untracked): `usize::MAX`
     /// (no cached prefix) when it is untracked or awaits a replay, since its cache state is not
     /// trusted then; and whether it is tracked and holds every block under the block's
-    /// canonical engine hash.
-    fn trusted_slot(&self, slot: Option<u32>) -> (usize, bool) {
+    /// canonical engine hash. `all_trusted` says that no worker awaits a replay and the index
+    /// holds no override records (both tracked exactly): then no worker's state needs reading.
+    fn trusted_slot(&self, slot: Option<u32>, all_trusted: bool) -> (usize, bool) {
+        if all_trusted {
+            let trusted = (
+                slot.map_or(usize::MAX, |slot| slot as usize),
+                slot.is_some(),
+            );
+            debug_assert_eq!(trusted, self.trusted_slot(slot, false));
+            return trusted;
+        }
         let Some((slot, state)) = slot.and_then(|slot| Some((slot, self.slot_state(slot)?))) else {
             return (usize::MAX, false);
         };

@@ -1,7 +1,8 @@
-//! The tracked workers in worker order, each with its slot: the overlap pass maps its
-//! candidate workers to slots through it. Candidates usually come in worker order (a role's
-//! workers are kept sorted), so the mapping is one comparison per worker instead of a hash-table
-//! lookup per worker, which cost about a third of a pass over an 8,192-token prompt.
+//! The tracked workers in worker order, each with its slot: the index finds a worker's slot
+//! through it, and the overlap pass maps all its candidate workers at once. Candidates usually
+//! come in worker order (a role's workers are kept sorted), so that mapping is one comparison
+//! per worker instead of a hash-table lookup per worker, which cost about a third of a pass
+//! over an 8,192-token prompt.
 
 use crate::identity::WorkerId;
 
@@ -20,11 +21,26 @@ impl SlotDirectory {
         }
     }
 
-    /// Forgets `worker`.
-    pub(super) fn remove(&mut self, worker: WorkerId) {
-        if let Ok(at) = self.position(worker) {
-            self.entries.remove(at);
-        }
+    /// Forgets `worker`; returns the slot it held.
+    pub(super) fn remove(&mut self, worker: WorkerId) -> Option<u32> {
+        let at = self.position(worker).ok()?;
+        Some(self.entries.remove(at).1)
+    }
+
+    /// The slot of `worker`, if it is tracked.
+    #[inline]
+    pub(super) fn get(&self, worker: WorkerId) -> Option<u32> {
+        self.position(worker).ok().map(|at| self.entries[at].1)
+    }
+
+    /// Whether `worker` is tracked.
+    pub(super) fn contains(&self, worker: WorkerId) -> bool {
+        self.position(worker).is_ok()
+    }
+
+    /// Every tracked worker and its slot, in worker order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (WorkerId, u32)> + '_ {
+        self.entries.iter().copied()
     }
 
     /// Calls `each` with the slot of every worker of `workers`, in their order (`None` for a
@@ -85,9 +101,9 @@ mod tests {
         }
         directory.insert(worker(5), 40);
         model.insert(worker(5), 40);
-        directory.remove(worker(11));
+        assert_eq!(directory.remove(worker(11)), Some(2));
         model.remove(&worker(11));
-        directory.remove(worker(12));
+        assert_eq!(directory.remove(worker(12)), None);
         let orders: [Vec<u64>; 4] = [
             vec![1, 3, 5, 7, 9],
             vec![9, 7, 5, 3, 1],
@@ -99,6 +115,10 @@ mod tests {
             let expected: Vec<Option<u32>> =
                 workers.iter().map(|w| model.get(w).copied()).collect();
             assert_eq!(resolved(&directory, &workers), expected, "order {order:?}");
+            for (worker, slot) in workers.iter().zip(&expected) {
+                assert_eq!(directory.get(*worker), *slot);
+                assert_eq!(directory.contains(*worker), slot.is_some());
+            }
         }
         assert_eq!(resolved(&directory, &[]), Vec::<Option<u32>>::new());
     }

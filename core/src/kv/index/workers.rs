@@ -51,7 +51,7 @@ impl SlotState {
 impl KvIndex {
     /// Starts tracking `worker`; returns `false` if it was already tracked.
     pub fn add_worker(&mut self, worker: WorkerId) -> bool {
-        if self.by_worker.contains_key(&worker) {
+        if self.by_worker.contains(worker) {
             return false;
         }
         let slot = match self.slots.iter().position(Option::is_none) {
@@ -63,16 +63,14 @@ impl KvIndex {
         };
         self.slots[slot] = Some(SlotState::new());
         self.by_worker.insert(worker, slot as u32);
-        self.directory.insert(worker, slot as u32);
         true
     }
 
     /// Stops tracking `worker` and drops every block it held; returns `false` if it was unknown.
     pub fn remove_worker(&mut self, worker: WorkerId) -> bool {
-        let Some(slot) = self.by_worker.remove(&worker) else {
+        let Some(slot) = self.by_worker.remove(worker) else {
             return false;
         };
-        self.directory.remove(worker);
         let was_awaiting = self
             .slot_state(slot)
             .is_some_and(|state| state.cursor.awaiting());
@@ -87,7 +85,7 @@ impl KvIndex {
 
     /// What the index knows about `worker`, if it is tracked.
     pub fn worker_state(&self, worker: WorkerId) -> Option<WorkerIndexState> {
-        let state = self.slot_state(*self.by_worker.get(&worker)?)?;
+        let state = self.slot_state(self.by_worker.get(worker)?)?;
         Some(WorkerIndexState {
             blocks: state.blocks,
             replay_from: state.cursor.replay_from(),
@@ -106,9 +104,9 @@ impl KvIndex {
             .by_worker
             .iter()
             .filter_map(|(worker, slot)| {
-                let from_event_id = self.slot_state(*slot)?.cursor.replay_from()?;
+                let from_event_id = self.slot_state(slot)?.cursor.replay_from()?;
                 Some(ReplayRequest {
-                    worker: *worker,
+                    worker,
                     from_event_id,
                 })
             })
@@ -130,7 +128,7 @@ impl KvIndex {
     /// cache state is dropped and its next event, whatever its id, starts its stream again.
     /// Returns `false` if the worker is not tracked.
     pub fn abandon_recovery(&mut self, worker: WorkerId) -> bool {
-        let Some(&slot) = self.by_worker.get(&worker) else {
+        let Some(slot) = self.by_worker.get(worker) else {
             return false;
         };
         self.clear_slot(slot);
