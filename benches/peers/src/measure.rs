@@ -146,18 +146,20 @@ pub fn ingest_once<E: Engine>(make: impl Fn() -> E, workload: &Workload) -> Inge
     ingest(&mut engine, workload)
 }
 
+/// The ingest of `samples` with the median stored-blocks rate (`None` when there is none).
+pub fn median_ingest(samples: &[IngestSample]) -> Option<IngestSample> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.blocks_per_sec.total_cmp(&b.blocks_per_sec));
+    sorted.get(sorted.len() / 2).copied()
+}
+
 /// The report's ingest figures from `samples` (ingests into fresh engines, which the caller
 /// takes in turns with the other engines', so that the machine's drift hits every engine
 /// alike): the median rates, and the bytes of the first ingest.
 fn summarize_ingests(report: &mut EngineReport, samples: &[IngestSample]) {
-    let mut rates: Vec<(f64, f64)> = samples
-        .iter()
-        .map(|s| (s.blocks_per_sec, s.events_per_sec))
-        .collect();
-    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some(&(blocks, events)) = rates.get(rates.len() / 2) {
-        report.ingest_blocks_per_sec = blocks;
-        report.ingest_events_per_sec = events;
+    if let Some(median) = median_ingest(samples) {
+        report.ingest_blocks_per_sec = median.blocks_per_sec;
+        report.ingest_events_per_sec = median.events_per_sec;
     }
     if let Some(first) = samples.first() {
         report.bytes_per_membership = first.bytes_per_membership;

@@ -1,7 +1,7 @@
 //! The tables: one row per metric, one column per engine, and ours against upstream's best.
 
 use crate::concurrent::ConcurrentReport;
-use crate::measure::{EngineReport, IngestSample, Latency};
+use crate::measure::{EngineReport, IngestSample, Latency, median_ingest};
 use std::time::Duration;
 
 fn micros(d: Duration) -> f64 {
@@ -240,11 +240,9 @@ pub struct SizedIngest {
 impl SizedIngest {
     /// The median of `samples`, ingests into indexes sized for `blocks`.
     pub fn of(blocks: usize, samples: &[IngestSample]) -> Self {
-        let mut rates: Vec<f64> = samples.iter().map(|s| s.blocks_per_sec).collect();
-        rates.sort_by(f64::total_cmp);
         Self {
             blocks,
-            blocks_per_sec: rates.get(rates.len() / 2).copied().unwrap_or(0.0),
+            blocks_per_sec: median_ingest(samples).map_or(0.0, |median| median.blocks_per_sec),
         }
     }
 
