@@ -5,6 +5,7 @@
 //! namespace), plus its multimodal objects; its sequence hash chains in every block before it,
 //! so equal sequence hashes mean equal prefixes. Only full blocks are hashed.
 
+use super::local_hash_lanes::{GROUP_TOKENS, LANES, LocalHashLanes};
 use super::request_identity::RequestIdentity;
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -106,7 +107,11 @@ pub fn sequence_hashes(local: &[LocalBlockHash]) -> Vec<SequenceHash> {
 
 /// The sequence hashes of the full blocks of `tokens` for a plain request, in one pass.
 pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<SequenceHash> {
-    sequence_hashes_iter(tokens, block_size).collect()
+    let hashes = sequence_hashes_iter(tokens, block_size);
+    let mut out = Vec::with_capacity(hashes.len());
+    // `for_each` runs the iterator's own loop (`fold`), tighter than one `next` a hash.
+    hashes.for_each(|hash| out.push(hash));
+    out
 }
 
 /// The sequence hashes of the full blocks of `tokens` under `identity`, in one pass.
@@ -128,20 +133,102 @@ pub fn sequence_hashes_for_request(
 /// The sequence hashes of the full blocks of `tokens` for a plain request, computed as the
 /// iterator is advanced (so a consumer can probe each hash while the next one is computed).
 pub fn sequence_hashes_iter(tokens: &[u32], block_size: u32) -> SequenceHashes<'_> {
-    let (tokens, chunk) = match block_size as usize {
-        0 => (&tokens[..0], 1),
-        size => (tokens, size),
+    let block = block_size as usize;
+    let tokens = match block {
+        0 => &tokens[..0],
+        size => &tokens[..tokens.len() / size * size],
     };
-    SequenceHashes {
-        blocks: tokens.chunks_exact(chunk),
+    let mut hashes = SequenceHashes {
+        unhashed: tokens,
+        block: block.max(1),
+        lanes: None,
+        linked: Linked::default(),
         parent: None,
+    };
+    if let Some(lanes) = LocalHashLanes::for_blocks(block, HASH_SEED) {
+        hashes.lanes = LanesAhead::start(lanes, &mut hashes.unhashed);
     }
+    hashes
 }
 
 /// The iterator of [`sequence_hashes_iter`].
+///
+/// With 16-token blocks on a CPU with AVX2, it hashes blocks four at a time (see
+/// `local_hash_lanes`), one group ahead of the group it links: the vector unit hashes the next
+/// four blocks while the chain links the current four.
 pub struct SequenceHashes<'a> {
-    blocks: std::slice::ChunksExact<'a, u32>,
+    /// The full blocks whose local hash is not computed yet.
+    unhashed: &'a [u32],
+    /// Tokens per block (at least 1).
+    block: usize,
+    /// The lanes and the group they hashed ahead, while four or more blocks were left.
+    lanes: Option<LanesAhead>,
+    /// Sequence hashes linked and not yielded yet.
+    linked: Linked,
     parent: Option<SequenceHash>,
+}
+
+/// The lanes and the local hashes of the group after the one being linked.
+struct LanesAhead {
+    lanes: LocalHashLanes,
+    group: [u64; LANES],
+}
+
+impl LanesAhead {
+    /// Hashes the first group of `unhashed` (which it then skips), if it holds four blocks.
+    fn start(lanes: LocalHashLanes, unhashed: &mut &[u32]) -> Option<Self> {
+        let (group, rest) = unhashed.split_first_chunk::<GROUP_TOKENS>()?;
+        let mut ahead = Self {
+            lanes,
+            group: [0; LANES],
+        };
+        lanes.hash(group, &mut ahead.group);
+        *unhashed = rest;
+        Some(ahead)
+    }
+}
+
+/// Up to four sequence hashes linked together, and how many of them were yielded.
+#[derive(Default)]
+struct Linked {
+    hashes: [u64; LANES],
+    yielded: usize,
+    len: usize,
+}
+
+impl SequenceHashes<'_> {
+    /// Takes the local hashes of the group the lanes hashed ahead, after setting the lanes to
+    /// hash the group after it (when four blocks remain; else the lanes stop, and the blocks
+    /// left are hashed one at a time). `None` once the lanes stopped.
+    #[inline]
+    fn take_group(&mut self) -> Option<[u64; LANES]> {
+        let ahead = self.lanes.as_mut()?;
+        let locals = ahead.group;
+        match self.unhashed.split_first_chunk::<GROUP_TOKENS>() {
+            Some((group, rest)) => {
+                ahead.lanes.hash(group, &mut ahead.group);
+                self.unhashed = rest;
+            }
+            None => self.lanes = None,
+        }
+        Some(locals)
+    }
+
+    /// The next block's sequence hash, hashing it alone (after the lanes stopped).
+    #[inline]
+    fn next_alone(&mut self) -> Option<SequenceHash> {
+        let (block, rest) = self.unhashed.split_at_checked(self.block)?;
+        self.unhashed = rest;
+        Some(self.link(token_hash(block, HASH_SEED)))
+    }
+
+    /// Chains the block whose local hash is `local` onto the chain.
+    #[inline]
+    fn link(&mut self, local: u64) -> SequenceHash {
+        let next = next_sequence_hash(self.parent, LocalBlockHash(local));
+        self.parent = Some(next);
+        next
+    }
 }
 
 impl Iterator for SequenceHashes<'_> {
@@ -149,14 +236,50 @@ impl Iterator for SequenceHashes<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<SequenceHash> {
-        let block = self.blocks.next()?;
-        let next = next_sequence_hash(self.parent, LocalBlockHash(token_hash(block, HASH_SEED)));
-        self.parent = Some(next);
-        Some(next)
+        if self.linked.yielded == self.linked.len {
+            let Some(locals) = self.take_group() else {
+                return self.next_alone();
+            };
+            for (n, local) in locals.into_iter().enumerate() {
+                self.linked.hashes[n] = self.link(local).0;
+            }
+            self.linked.yielded = 0;
+            self.linked.len = LANES;
+        }
+        let hash = self.linked.hashes.get(self.linked.yielded).copied()?;
+        self.linked.yielded += 1;
+        Some(SequenceHash(hash))
+    }
+
+    /// Every hash left, in a loop without `next`'s bookkeeping between them: what `for_each`
+    /// and most collecting adapters run.
+    #[inline]
+    fn fold<B, F>(mut self, init: B, mut f: F) -> B
+    where
+        F: FnMut(B, SequenceHash) -> B,
+    {
+        let mut acc = init;
+        while let Some(hash) = self.linked.hashes[..self.linked.len].get(self.linked.yielded) {
+            self.linked.yielded += 1;
+            acc = f(acc, SequenceHash(*hash));
+        }
+        while let Some(locals) = self.take_group() {
+            for local in locals {
+                let next = self.link(local);
+                acc = f(acc, next);
+            }
+        }
+        while let Some(next) = self.next_alone() {
+            acc = f(acc, next);
+        }
+        acc
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.blocks.size_hint()
+        let ahead = if self.lanes.is_some() { LANES } else { 0 };
+        let blocks =
+            self.linked.len - self.linked.yielded + ahead + self.unhashed.len() / self.block;
+        (blocks, Some(blocks))
     }
 }
 
@@ -323,6 +446,42 @@ mod tests {
                 sequence_hashes(&local_block_hashes(&tokens, block_size, &identity)),
                 "block size {block_size}"
             );
+        }
+    }
+
+    #[test]
+    fn the_iterator_equals_the_two_step_path_at_every_length() {
+        // 16-token blocks take the four-block lanes where the CPU has them: every count of
+        // blocks (whole groups of four, and the scalar blocks after them) and any number of
+        // tokens after the last full block must give the two-step path's hashes.
+        let tokens: Vec<u32> = (0..16 * 40 + 9u32)
+            .map(|t| t.wrapping_mul(2_654_435_761))
+            .collect();
+        for len in 0..tokens.len() {
+            let tokens = &tokens[..len];
+            let expected = sequence_hashes(&block_hashes(tokens, 16));
+            let mut iter = sequence_hashes_iter(tokens, 16);
+            assert_eq!(iter.len(), expected.len(), "{len} tokens");
+            let mut got = Vec::new();
+            while let Some(hash) = iter.next() {
+                got.push(hash);
+                assert_eq!(iter.len(), expected.len() - got.len(), "{len} tokens");
+            }
+            assert_eq!(got, expected, "{len} tokens");
+        }
+    }
+
+    #[test]
+    fn folding_after_any_number_of_steps_yields_the_rest() {
+        // `fold` (what `for_each` and `collect` run) takes over from `next` wherever it stopped:
+        // inside a group of four, at a group's end, or in the blocks hashed one at a time.
+        let tokens: Vec<u32> = (0..16 * 23 + 5u32).map(|t| t ^ 0x5bd1_e995).collect();
+        let expected = sequence_hashes(&block_hashes(&tokens, 16));
+        for steps in 0..=expected.len() {
+            let mut iter = sequence_hashes_iter(&tokens, 16);
+            let mut got: Vec<SequenceHash> = iter.by_ref().take(steps).collect();
+            iter.for_each(|hash| got.push(hash));
+            assert_eq!(got, expected, "after {steps} steps");
         }
     }
 

@@ -11,6 +11,7 @@ pub mod hashing;
 mod huge_page_array;
 pub mod index;
 mod index_hasher;
+mod local_hash_lanes;
 pub mod request_identity;
 
 pub use crate::block_identity::{EngineBlockHash, LocalBlockHash, SequenceHash};

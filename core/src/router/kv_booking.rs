@@ -228,8 +228,11 @@ fn hash_prompt<'a>(
 ) -> &'a [SequenceHash] {
     match &request.prompt {
         Prompt::Tokens(tokens) if request.identity.is_plain() => {
+            let hashes = sequence_hashes_iter(tokens, block_size);
             buffer.clear();
-            buffer.extend(sequence_hashes_iter(tokens, block_size));
+            buffer.reserve(hashes.len());
+            // `for_each` runs the hashing's own loop (`fold`), tighter than one `next` a hash.
+            hashes.for_each(|hash| buffer.push(hash));
             buffer
         }
         Prompt::Tokens(tokens) => {
@@ -252,18 +255,34 @@ fn active_chain(
 ) -> Option<Arc<[SequenceHash]>> {
     match &request.prompt {
         Prompt::Tokens(tokens) if request.identity.is_plain() => {
-            let mut hashes = sequence_hashes_iter(tokens, block_size);
-            // An exact-length source: the chain is allocated once and written in place.
-            let chain: Arc<[SequenceHash]> = (0..hashes.len())
-                .map(|_| hashes.next().unwrap_or_default())
-                .collect();
-            (!chain.is_empty()).then_some(chain)
+            let hashes = sequence_hashes_iter(tokens, block_size);
+            (hashes.len() > 0).then(|| chain_of(hashes))
         }
         _ => {
             let hashes = hash_prompt(request, block_size, buffer);
             (!hashes.is_empty()).then(|| Arc::from(hashes))
         }
     }
+}
+
+/// `hashes` as a chain, allocated once and written in place by the hashing's own loop (`fold`,
+/// tighter than one `next` a hash), without first filling it with zeros.
+fn chain_of(hashes: impl ExactSizeIterator<Item = SequenceHash>) -> Arc<[SequenceHash]> {
+    let mut chain = Arc::<[SequenceHash]>::new_uninit_slice(hashes.len());
+    let mut slots = Arc::get_mut(&mut chain)
+        .expect("a chain just allocated has no other owner")
+        .iter_mut();
+    hashes.for_each(|hash| {
+        if let Some(slot) = slots.next() {
+            slot.write(hash);
+        }
+    });
+    // A length the iterator misreported leaves slots unwritten: they get the default hash.
+    slots.for_each(|slot| {
+        slot.write(SequenceHash::default());
+    });
+    // SAFETY: every slot of the chain was written above.
+    unsafe { chain.assume_init() }
 }
 
 /// The candidate a selection booked.
