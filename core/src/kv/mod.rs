@@ -13,6 +13,7 @@ pub mod index;
 mod index_hasher;
 mod local_hash_lanes;
 pub mod request_identity;
+mod sequence_hashes_iter;
 
 pub use crate::block_identity::{EngineBlockHash, LocalBlockHash, SequenceHash};
 pub use event::{

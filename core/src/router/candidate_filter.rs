@@ -4,7 +4,7 @@
 //! The overlap pass still scores every worker of the role (hint policies, which may name any
 //! worker as a KV source, see them all); only the worker-selection stage is narrowed: it hands
 //! the role's policy a view whose candidates are the allowed ones
-//! ([`CandidateFilter::narrow`]) and refuses a choice outside them. A request without a filter
+//! (`CandidateFilter::narrow`) and refuses a choice outside them. A request without a filter
 //! costs nothing and allocates nothing.
 
 use crate::identity::WorkerId;
