@@ -56,6 +56,34 @@ pub fn full_blocks(token_count: usize, block_size: u32, eagle: bool) -> usize {
     }
 }
 
+/// XXH3's default secret, bytes 0..64: the words the link hash reads (3..7) and those the
+/// local hash of a 16-token block reads (all eight; see `local_hash_lanes`).
+const XXH3_SECRET: [u8; 64] = [
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+];
+
+/// The multiplier of XXH3's avalanche.
+pub(super) const XXH3_AVALANCHE: u64 = 0x1656_6791_9E37_79F9;
+
+/// Word `i` (little-endian, `i` < 8) of XXH3's default secret.
+pub(super) const fn xxh3_secret_word(i: usize) -> u64 {
+    let b = &XXH3_SECRET;
+    let o = i * 8;
+    u64::from_le_bytes([
+        b[o],
+        b[o + 1],
+        b[o + 2],
+        b[o + 3],
+        b[o + 4],
+        b[o + 5],
+        b[o + 6],
+        b[o + 7],
+    ])
+}
+
 /// The sequence hash of a block whose local hash is `local` and whose parent block has
 /// sequence hash `parent` (`None` at the root): `local` itself at the root, else
 /// `xxh3(parent as LE u64 ‖ local as LE u64, seed 1337)`.
@@ -73,11 +101,11 @@ pub fn next_sequence_hash(parent: Option<SequenceHash>, local: LocalBlockHash) -
 /// spends much of its time choosing the path by length.
 #[inline]
 fn link_hash(parent: u64, local: u64) -> u64 {
-    // XXH3's default secret, bytes 24..56 (the words this path reads).
-    const SECRET_24: u64 = u64::from_le_bytes([0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f]);
-    const SECRET_32: u64 = u64::from_le_bytes([0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78]);
-    const SECRET_40: u64 = u64::from_le_bytes([0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21]);
-    const SECRET_48: u64 = u64::from_le_bytes([0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e]);
+    // The secret words this path reads: XXH3's default secret, bytes 24..56.
+    const SECRET_24: u64 = xxh3_secret_word(3);
+    const SECRET_32: u64 = xxh3_secret_word(4);
+    const SECRET_40: u64 = xxh3_secret_word(5);
+    const SECRET_48: u64 = xxh3_secret_word(6);
     const FLIP_LO: u64 = (SECRET_24 ^ SECRET_32).wrapping_add(HASH_SEED);
     const FLIP_HI: u64 = (SECRET_40 ^ SECRET_48).wrapping_sub(HASH_SEED);
     const LEN: u64 = 16;
@@ -89,7 +117,7 @@ fn link_hash(parent: u64, local: u64) -> u64 {
         .wrapping_add(hi)
         .wrapping_add((product as u64) ^ ((product >> 64) as u64));
     // XXH3's avalanche.
-    let acc = (acc ^ (acc >> 37)).wrapping_mul(0x1656_6791_9E37_79F9);
+    let acc = (acc ^ (acc >> 37)).wrapping_mul(XXH3_AVALANCHE);
     acc ^ (acc >> 32)
 }
 
@@ -107,10 +135,8 @@ pub fn sequence_hashes(local: &[LocalBlockHash]) -> Vec<SequenceHash> {
 
 /// The sequence hashes of the full blocks of `tokens` for a plain request, in one pass.
 pub fn sequence_hashes_for_tokens(tokens: &[u32], block_size: u32) -> Vec<SequenceHash> {
-    let hashes = sequence_hashes_iter(tokens, block_size);
-    let mut out = Vec::with_capacity(hashes.len());
-    // `for_each` runs the iterator's own loop (`fold`), tighter than one `next` a hash.
-    hashes.for_each(|hash| out.push(hash));
+    let mut out = Vec::new();
+    sequence_hashes_iter(tokens, block_size).append_to(&mut out);
     out
 }
 

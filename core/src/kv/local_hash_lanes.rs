@@ -12,13 +12,7 @@
 //! Used only where the CPU has AVX2 (checked at run time) and only for 16-token blocks; every
 //! other case takes the scalar hash.
 
-/// XXH3's default secret, bytes 0..64: the words a 64-byte input's four mixes read.
-const SECRET: [u8; 64] = [
-    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
-    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
-    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
-    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
-];
+use super::hashing::xxh3_secret_word;
 
 /// Tokens per block this path hashes.
 pub(crate) const LANE_BLOCK_TOKENS: usize = 16;
@@ -28,22 +22,6 @@ pub(crate) const LANES: usize = 4;
 
 /// Tokens of the four blocks hashed together.
 pub(crate) const GROUP_TOKENS: usize = LANES * LANE_BLOCK_TOKENS;
-
-/// The secret's `i`-th little-endian word.
-const fn secret_word(i: usize) -> u64 {
-    let b = &SECRET;
-    let o = i * 8;
-    u64::from_le_bytes([
-        b[o],
-        b[o + 1],
-        b[o + 2],
-        b[o + 3],
-        b[o + 4],
-        b[o + 5],
-        b[o + 6],
-        b[o + 7],
-    ])
-}
 
 /// Hashes 16-token blocks four at a time under one seed, on a CPU with AVX2.
 #[derive(Clone, Copy, Debug)]
@@ -83,14 +61,14 @@ impl LocalHashLanes {
 /// with (4, 5) and words (4, 5) with (6, 7). The first word of each pair is XORed with its
 /// secret word plus the seed, the second with its secret word minus the seed.
 const WORD_SECRETS: [u64; 8] = [
-    secret_word(0),
-    secret_word(1),
-    secret_word(4),
-    secret_word(5),
-    secret_word(6),
-    secret_word(7),
-    secret_word(2),
-    secret_word(3),
+    xxh3_secret_word(0),
+    xxh3_secret_word(1),
+    xxh3_secret_word(4),
+    xxh3_secret_word(5),
+    xxh3_secret_word(6),
+    xxh3_secret_word(7),
+    xxh3_secret_word(2),
+    xxh3_secret_word(3),
 ];
 
 /// Whether this CPU runs AVX2 (std caches the answer).
@@ -108,6 +86,7 @@ fn avx2_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{GROUP_TOKENS, LANE_BLOCK_TOKENS, LANES, WORD_SECRETS};
+    use crate::kv::hashing::XXH3_AVALANCHE as AVALANCHE;
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi64, _mm256_and_si256, _mm256_loadu_si256, _mm256_mul_epu32,
         _mm256_or_si256, _mm256_permute2x128_si256, _mm256_set_epi64x, _mm256_set1_epi64x,
@@ -117,8 +96,6 @@ mod avx2 {
 
     /// XXH3's `PRIME64_1` times the input length (64 bytes).
     const LENGTH_TERM: u64 = 64u64.wrapping_mul(0x9E37_79B1_85EB_CA87);
-    /// The multiplier of XXH3's avalanche.
-    const AVALANCHE: u64 = 0x1656_6791_9E37_79F9;
 
     /// Per lane, the 64×64→128-bit product of `a` and `b` with its halves XORed (XXH3's
     /// `mul128_fold64`), from four 32×32→64-bit products.
@@ -244,6 +221,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SplitMix64;
     use xxhash_rust::xxh3::xxh3_64_with_seed;
 
     fn bytes(tokens: &[u32]) -> Vec<u8> {
@@ -256,13 +234,8 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX2, so the lanes are never used");
             return;
         }
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let random = SplitMix64::seeded(0x9E37_79B9_7F4A_7C15);
+        let next = || random.next_u64();
         let seeds = [0, 1, 1337, u64::MAX, 1 << 63, next(), next()];
         for seed in seeds {
             let lanes = LocalHashLanes::for_blocks(16, seed).expect("AVX2 is available");

@@ -108,6 +108,15 @@ impl SequenceHashes<'_> {
     }
 }
 
+impl SequenceHashes<'_> {
+    /// Appends every hash left to `out`, in the iterator's own loop (`fold`, tighter than one
+    /// `next` a hash), with room made first.
+    pub fn append_to(self, out: &mut Vec<SequenceHash>) {
+        out.reserve(self.len());
+        self.for_each(|hash| out.push(hash));
+    }
+}
+
 impl Iterator for SequenceHashes<'_> {
     type Item = SequenceHash;
 

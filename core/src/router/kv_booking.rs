@@ -228,11 +228,8 @@ fn hash_prompt<'a>(
 ) -> &'a [SequenceHash] {
     match &request.prompt {
         Prompt::Tokens(tokens) if request.identity.is_plain() => {
-            let hashes = sequence_hashes_iter(tokens, block_size);
             buffer.clear();
-            buffer.reserve(hashes.len());
-            // `for_each` runs the hashing's own loop (`fold`), tighter than one `next` a hash.
-            hashes.for_each(|hash| buffer.push(hash));
+            sequence_hashes_iter(tokens, block_size).append_to(buffer);
             buffer
         }
         Prompt::Tokens(tokens) => {
