@@ -181,8 +181,16 @@ impl CostTerms {
 pub fn count(n: u64) -> f64 {
     match i64::try_from(n) {
         Ok(signed) => signed as f64,
-        Err(_) => n as f64,
+        Err(_) => large_count(n),
     }
+}
+
+/// `count` of a count of 2⁶³ or more, out of line: inlined, the compiler folds both arms of
+/// `count` back into the several-instruction unsigned conversion.
+#[cold]
+#[inline(never)]
+fn large_count(n: u64) -> f64 {
+    n as f64
 }
 
 /// The error for a booking with no candidate (the router never asks for one).

@@ -25,26 +25,24 @@ impl<'a> SourceRanking<'a> {
             first: None,
             second: None,
         };
-        // The second best's prefix (0 while there is none): most candidates hold fewer blocks,
-        // and one comparison rules them out.
-        let mut bar = 0;
+        // Most candidates rank below the second best (many share one prefix length, such as a
+        // system prompt's, and lose the tie on their id): one comparison of keys rules them out
+        // before their capabilities are read.
         for candidate in candidates {
-            if candidate.cached_blocks < bar || !offers_source(candidate) {
+            let candidate_key = key(candidate);
+            if ranking
+                .second
+                .is_some_and(|second| candidate_key >= key(second))
+                || !offers_source(candidate)
+            {
                 continue;
             }
-            if ranking
-                .first
-                .is_none_or(|first| key(candidate) < key(first))
-            {
+            if ranking.first.is_none_or(|first| candidate_key < key(first)) {
                 ranking.second = ranking.first;
                 ranking.first = Some(candidate);
-            } else if ranking
-                .second
-                .is_none_or(|second| key(candidate) < key(second))
-            {
+            } else {
                 ranking.second = Some(candidate);
             }
-            bar = ranking.second.map_or(0, |second| second.cached_blocks);
         }
         ranking
     }
@@ -159,6 +157,37 @@ mod tests {
         // Ties on length go to the smaller id; a worker is never its own source.
         assert_eq!(ranking.best_for(worker(1)).unwrap().worker, worker(2));
         assert_eq!(ranking.best_for(worker(2)).unwrap().worker, worker(3));
+    }
+
+    #[test]
+    fn best_source_matches_a_brute_force_search_in_any_order() {
+        let rng = dynamo_kv_router::rng::SplitMix64::new(Some(12));
+        for round in 0..200 {
+            let mut cluster = Cluster::new(16);
+            let workers = 1 + rng.below(12) as u64;
+            for id in 1..=workers {
+                // Few distinct lengths, so that ties on length are common.
+                let cached = [0, 4, 4, 9, 16][rng.below(5)];
+                match rng.below(4) {
+                    0 => cluster.add(id, cached),
+                    1 => cluster.add(id, cached).hint(""),
+                    _ => cluster.add(id, cached).hint("tcp://peer"),
+                };
+            }
+            let mut candidates = cluster.candidates();
+            for i in (1..candidates.len()).rev() {
+                candidates.swap(i, rng.below(i + 1));
+            }
+            let ranking = SourceRanking::new(&candidates);
+            for candidate in &candidates {
+                assert_eq!(
+                    ranking.best_for(candidate.worker).map(|c| c.worker),
+                    brute_force(&candidates, candidate.worker),
+                    "round {round}, booked {}",
+                    candidate.worker
+                );
+            }
+        }
     }
 
     #[test]

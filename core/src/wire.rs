@@ -63,11 +63,25 @@ impl NumberedAction {
     /// `action` numbered as the `number`-th action (1-based) of its envelope.
     pub fn new(number: usize, action: HintAction) -> Self {
         Self {
-            action_id: format!("a{number}"),
+            action_id: action_id(number),
             action_type: action.action_type,
             action_version: action.action_version,
             payload: action.payload,
         }
+    }
+}
+
+/// The id of the `number`-th action (1-based): `a1`, `a2`, … Up to the router's cap of 32 from
+/// a table (every booking with a hint numbers at least one: no formatting machinery for it).
+fn action_id(number: usize) -> String {
+    const IDS: [&str; 32] = [
+        "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11", "a12", "a13", "a14",
+        "a15", "a16", "a17", "a18", "a19", "a20", "a21", "a22", "a23", "a24", "a25", "a26", "a27",
+        "a28", "a29", "a30", "a31", "a32",
+    ];
+    match number.checked_sub(1).and_then(|index| IDS.get(index)) {
+        Some(id) => (*id).to_owned(),
+        None => format!("a{number}"),
     }
 }
 
@@ -145,5 +159,12 @@ mod tests {
         assert_eq!(back.actions[0].payload, payload);
         assert_eq!(back.actions[1].action_id, "a2");
         assert_eq!(back.to_json(), json);
+    }
+
+    #[test]
+    fn action_ids_are_a_and_the_number() {
+        for number in [0, 1, 2, 9, 10, 31, 32, 33, 100, usize::MAX] {
+            assert_eq!(action_id(number), format!("a{number}"));
+        }
     }
 }

@@ -36,8 +36,7 @@ impl CandidateCache {
         self.shared.clear();
         self.shared.resize(workers.entries.len(), 0);
         active.raise_shared_prefixes(sequence_hashes, &mut self.shared, |holder| {
-            let position = workers.ids.binary_search(&holder.worker).ok()?;
-            (workers.holders[position] == holder).then_some(position)
+            workers.position_of(holder)
         });
         let blocks = sequence_hashes.len();
         for (((candidate, entry), cached), shared) in self

@@ -7,6 +7,7 @@ pub(crate) use active_chains::{ActiveChains, Holder};
 pub(crate) use load_cell::{ActiveChain, WorkerLoadCell};
 
 use super::worker::{Role, WorkerId, WorkerInfo};
+use hashbrown::HashTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,8 +46,29 @@ pub(crate) struct RoleWorkers {
     pub(crate) entries: Vec<Arc<WorkerEntry>>,
     pub(crate) ids: Vec<WorkerId>,
     pub(crate) holders: Vec<Holder>,
+    /// The position of each holder in `holders`, by its load cell's serial number.
+    positions: HashTable<usize>,
     /// Unique to this list of entries (never 0).
     pub(crate) generation: u64,
+}
+
+impl RoleWorkers {
+    /// The position of the worker whose load cell is `holder`; `None` when no worker of the
+    /// list holds that cell (another role's, or a registration since removed). One hashed
+    /// lookup: a booking asks once per active chain that shares its first block.
+    pub(crate) fn position_of(&self, holder: Holder) -> Option<usize> {
+        self.positions
+            .find(cell_hash(holder.cell), |&position| {
+                self.holders[position] == holder
+            })
+            .copied()
+    }
+}
+
+/// The position table's hash of a load cell's serial number (serials count up from 1: a
+/// multiply by an odd constant spreads them over the high bits the table's control bytes use).
+fn cell_hash(cell: u64) -> u64 {
+    cell.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Every registered worker, by id and by role.
@@ -100,7 +122,13 @@ impl Workers {
             .cloned()
             .collect();
         let ids = entries.iter().map(|entry| entry.info.id).collect();
-        let holders = entries.iter().map(|entry| entry.load.holder()).collect();
+        let holders: Vec<Holder> = entries.iter().map(|entry| entry.load.holder()).collect();
+        let mut positions = HashTable::with_capacity(holders.len());
+        for (position, holder) in holders.iter().enumerate() {
+            positions.insert_unique(cell_hash(holder.cell), position, |&position| {
+                cell_hash(holders[position].cell)
+            });
+        }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         self.by_role.insert(
             role,
@@ -108,6 +136,7 @@ impl Workers {
                 entries,
                 ids,
                 holders,
+                positions,
                 generation,
             },
         );

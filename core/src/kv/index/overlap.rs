@@ -99,19 +99,31 @@ impl KvIndex {
             canonical,
         } = engines;
         canonical.clear();
-        // The pass records positions in order from 0, so each one is the next push (room is
-        // made up front: no zero-filling of a buffer most of which the pass never reaches).
+        // The pass records positions in order from 0, each into the next slot of the room made
+        // up front (no zero-filling of a buffer most of which the pass never reaches).
         engines.clear();
         engines.reserve(sequence_hashes.len());
         let hashes = SequenceHash::as_u64s(sequence_hashes);
+        let room = &mut engines.spare_capacity_mut()[..hashes.len()];
+        let mut recorded = 0;
         self.pass(
             hashes.iter().copied(),
             workers,
             out,
             |own| canonical.push(own),
-            |_, _, engine| engines.push(EngineBlockHash(engine)),
+            // Written in place: a push per block stored the length back on every block.
+            |position, _, engine| {
+                if position == recorded
+                    && let Some(slot) = room.get_mut(position)
+                {
+                    slot.write(EngineBlockHash(engine));
+                    recorded += 1;
+                }
+            },
         );
-        engines.truncate(out.iter().copied().max().unwrap_or(0));
+        let longest = out.iter().copied().max().unwrap_or(0).min(recorded);
+        // SAFETY: slots 0..recorded were written above, one after the other, and longest <= recorded.
+        unsafe { engines.set_len(longest) };
     }
 
     /// The number of leading `sequence_hashes` that `worker` caches.
