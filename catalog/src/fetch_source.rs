@@ -47,6 +47,16 @@ impl<'a> SourceRanking<'a> {
         ranking
     }
 
+    /// The eligible source with the longest prefix (the best source for every other worker).
+    pub fn best(&self) -> Option<&'a Candidate> {
+        self.first
+    }
+
+    /// The eligible source ranked after [`SourceRanking::best`] (the best source for it).
+    pub fn second_best(&self) -> Option<&'a Candidate> {
+        self.second
+    }
+
     /// The best eligible source for a booking on `booked`, if any peer is eligible.
     pub fn best_for(&self, booked: WorkerId) -> Option<&'a Candidate> {
         // Both offer themselves as sources: each is eligible for any worker but itself.

@@ -110,9 +110,10 @@ impl TryFrom<KvcrConfig> for Kvcr {
 
 impl Kvcr {
     /// The overlap `candidate` is credited with: its own prefix plus the multiplier's share of
-    /// the blocks its best source (`source`) caches beyond it.
-    fn credited_overlap(&self, candidate: &Candidate, source: Option<&Candidate>) -> f64 {
-        let extra = source.map_or(0, |source| extra_blocks(source, candidate));
+    /// the blocks its best source caches beyond it (`source_prefix`: that source's prefix, 0
+    /// when it has none).
+    fn credited_overlap(&self, candidate: &Candidate, source_prefix: usize) -> f64 {
+        let extra = source_prefix.saturating_sub(candidate.cached_blocks);
         count(candidate.cached_blocks as u64) + self.shared_cache_multiplier * count(extra as u64)
     }
 
@@ -130,7 +131,8 @@ impl Kvcr {
             .map(|candidate| ranking.best_for(candidate.worker))
             .collect();
         let costs = self.model.costs(request, |index, candidate| {
-            self.credited_overlap(candidate, sources.get(index).copied().flatten())
+            let source = sources.get(index).copied().flatten();
+            self.credited_overlap(candidate, source.map_or(0, |source| source.cached_blocks))
         })?;
         Ok((costs, sources))
     }
@@ -150,6 +152,14 @@ impl Kvcr {
         costs.clear();
         costs.resize(2 * candidates.len(), 0.0);
         let (credited, plain) = costs.split_at_mut(candidates.len());
+        // Every candidate's best source is the best one, but the best's own is the second:
+        // their prefixes (0 for none: no extra blocks) are read once, not per candidate.
+        let best = ranking.best();
+        let best_worker = best.map(|best| best.worker);
+        let best_prefix = best.map_or(0, |best| best.cached_blocks);
+        let second_prefix = ranking
+            .second_best()
+            .map_or(0, |second| second.cached_blocks);
         // One pass: each candidate's overlap-independent terms serve both of its costs.
         for ((credited, plain), candidate) in
             credited.iter_mut().zip(plain.iter_mut()).zip(candidates)
@@ -157,8 +167,12 @@ impl Kvcr {
             let terms = self
                 .model
                 .terms(&candidate.load, prefill.of(&candidate.load));
-            let source = ranking.best_for(candidate.worker);
-            *credited = terms.cost(self.credited_overlap(candidate, source));
+            let source_prefix = if best_worker == Some(candidate.worker) {
+                second_prefix
+            } else {
+                best_prefix
+            };
+            *credited = terms.cost(self.credited_overlap(candidate, source_prefix));
             *plain = terms.cost(count(candidate.cached_blocks as u64));
         }
         let index = self.picker.pick(credited).ok_or_else(no_candidates)?;
@@ -225,11 +239,6 @@ impl WorkerSelectionPolicy for Kvcr {
             Commitments::NONE
         }
     }
-}
-
-/// Blocks of the request `source` caches beyond `candidate`'s own prefix.
-fn extra_blocks(source: &Candidate, candidate: &Candidate) -> usize {
-    source.cached_blocks.saturating_sub(candidate.cached_blocks)
 }
 
 /// The copy of `source`'s blocks beyond `booked`'s prefix, as far as their engine hashes are
