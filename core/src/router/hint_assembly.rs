@@ -111,7 +111,12 @@ pub(crate) fn assemble(hints: &[CountedHint], context: &HintContext<'_>) -> Asse
                 protected = Some(all.len());
             }
         }
-        all.extend(actions);
+        // The first policy's actions become the list (one policy is the common case).
+        if all.is_empty() {
+            all = actions;
+        } else {
+            all.extend(actions);
+        }
     }
     let (kept, dropped) = cap(all, protected, MAX_HINT_ACTIONS);
     assembled.actions = kept;
