@@ -144,6 +144,24 @@ mod tests {
             .map(|c| c.worker)
     }
 
+    /// The ranking of `candidates`, after checking its best source for every one of them
+    /// against [`brute_force`].
+    fn assert_ranks_as_brute_force<'a>(
+        candidates: &'a [Candidate],
+        context: &str,
+    ) -> SourceRanking<'a> {
+        let ranking = SourceRanking::new(candidates);
+        for candidate in candidates {
+            assert_eq!(
+                ranking.best_for(candidate.worker).map(|c| c.worker),
+                brute_force(candidates, candidate.worker),
+                "{context}: booked {}",
+                candidate.worker
+            );
+        }
+        ranking
+    }
+
     #[test]
     fn best_source_matches_a_brute_force_search() {
         let mut cluster = Cluster::new(8);
@@ -155,15 +173,7 @@ mod tests {
         cluster.add(6, 9).hint_without_endpoint();
         cluster.add(7, 0);
         let candidates = cluster.candidates();
-        let ranking = SourceRanking::new(&candidates);
-        for candidate in &candidates {
-            assert_eq!(
-                ranking.best_for(candidate.worker).map(|c| c.worker),
-                brute_force(&candidates, candidate.worker),
-                "booked {}",
-                candidate.worker
-            );
-        }
+        let ranking = assert_ranks_as_brute_force(&candidates, "one list");
         // Ties on length go to the smaller id; a worker is never its own source.
         assert_eq!(ranking.best_for(worker(1)).unwrap().worker, worker(2));
         assert_eq!(ranking.best_for(worker(2)).unwrap().worker, worker(3));
@@ -188,15 +198,7 @@ mod tests {
             for i in (1..candidates.len()).rev() {
                 candidates.swap(i, rng.below(i + 1));
             }
-            let ranking = SourceRanking::new(&candidates);
-            for candidate in &candidates {
-                assert_eq!(
-                    ranking.best_for(candidate.worker).map(|c| c.worker),
-                    brute_force(&candidates, candidate.worker),
-                    "round {round}, booked {}",
-                    candidate.worker
-                );
-            }
+            assert_ranks_as_brute_force(&candidates, &format!("round {round}"));
         }
     }
 
