@@ -142,3 +142,44 @@ impl Workers {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::WorkerCapabilities;
+
+    fn info(id: u64, role: Role) -> WorkerInfo {
+        WorkerInfo::new(WorkerId::new(id, 0), role, WorkerCapabilities::none())
+    }
+
+    fn holder_of(workers: &Workers, id: u64) -> Holder {
+        workers
+            .get(WorkerId::new(id, 0))
+            .map(|entry| entry.load.holder())
+            .unwrap()
+    }
+
+    #[test]
+    fn positions_follow_the_role_list_and_forget_removed_registrations() {
+        let mut workers = Workers::default();
+        for id in [5, 1, 9, 3] {
+            assert!(workers.insert(info(id, Role::Decode)));
+        }
+        assert!(workers.insert(info(7, Role::Prefill)));
+        let decode = workers.role(Role::Decode).unwrap();
+        for (position, id) in [1, 3, 5, 9].into_iter().enumerate() {
+            assert_eq!(decode.ids[position], WorkerId::new(id, 0));
+            assert_eq!(decode.position_of(holder_of(&workers, id)), Some(position));
+        }
+        // Another role's worker is not in the list.
+        assert_eq!(decode.position_of(holder_of(&workers, 7)), None);
+        // A registration removed and made again gets a new cell: the old one is unknown.
+        let old = holder_of(&workers, 3);
+        workers.remove(WorkerId::new(3, 0));
+        assert!(workers.insert(info(3, Role::Decode)));
+        let decode = workers.role(Role::Decode).unwrap();
+        assert_eq!(decode.position_of(old), None);
+        assert_eq!(decode.position_of(holder_of(&workers, 3)), Some(1));
+        assert_eq!(decode.position_of(holder_of(&workers, 9)), Some(3));
+    }
+}
