@@ -79,6 +79,7 @@ impl LoadLedger {
         bookings.push(reservation);
         self.reservations += 1;
         self.expiry.push_back((deadline, request_id, generation));
+        self.compact_expiry();
     }
 
     /// Gives back the prefill tokens of every booking of `request_id`; repeats are harmless.
@@ -142,7 +143,17 @@ impl LoadLedger {
                 self.active.remove(&*request_id);
             }
         }
-        // Released bookings leave their expiry records behind; drop them once they dominate.
+        self.compact_expiry();
+        expired
+    }
+
+    /// Drops the expiry records of bookings released (or booked again) before their deadline
+    /// once such records outnumber the active bookings four to one. Checked as records are
+    /// added: waiting for the oldest deadline would let a whole TTL of released bookings pile
+    /// up (ten minutes by default), each keeping its request id allocated. A compaction visits
+    /// the records left at the last one plus those added since, and comes at least three
+    /// additions per active booking later, so it costs a constant per booking.
+    fn compact_expiry(&mut self) {
         if self.expiry.len() > 1024 && self.expiry.len() as u64 > 4 * self.reservations {
             let active = &self.active;
             self.expiry.retain(|(_, request_id, generation)| {
@@ -151,7 +162,6 @@ impl LoadLedger {
                     .is_some_and(|b| b.iter().any(|r| r.generation == *generation))
             });
         }
-        expired
     }
 
     /// Bookings holding load.
@@ -164,5 +174,72 @@ impl LoadLedger {
         self.expiry
             .front()
             .is_some_and(|(deadline, _, _)| *deadline <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::workers::Workers;
+    use crate::router::{WorkerCapabilities, WorkerId, WorkerInfo};
+    use std::time::Duration;
+
+    fn worker() -> Arc<WorkerEntry> {
+        let mut workers = Workers::default();
+        let id = WorkerId::new(1, 0);
+        assert!(workers.insert(WorkerInfo::new(
+            id,
+            Role::Decode,
+            WorkerCapabilities::none()
+        )));
+        Arc::clone(workers.get(id).unwrap())
+    }
+
+    fn book(ledger: &mut LoadLedger, worker: &Arc<WorkerEntry>, id: &str, deadline: Instant) {
+        ledger.reserve(
+            id,
+            Role::Decode,
+            worker,
+            16,
+            ActiveChain::default(),
+            deadline,
+        );
+    }
+
+    #[test]
+    fn released_bookings_records_stay_bounded_before_any_deadline_passes() {
+        let worker = worker();
+        let mut ledger = LoadLedger::new(Arc::default());
+        let deadline = Instant::now() + Duration::from_secs(600);
+        // Bookings that stay active, then many booked and released long before their TTL.
+        for n in 0..300 {
+            book(&mut ledger, &worker, &format!("kept-{n}"), deadline);
+        }
+        for n in 0..20_000 {
+            let id = format!("done-{n}");
+            book(&mut ledger, &worker, &id, deadline);
+            assert_eq!(ledger.release(&id), 1);
+            assert!(
+                ledger.expiry.len() <= 4 * 301 + 1,
+                "{}",
+                ledger.expiry.len()
+            );
+        }
+        // Booking a request again leaves the old record stale: it goes too.
+        for _ in 0..5_000 {
+            book(&mut ledger, &worker, "again", deadline);
+        }
+        assert!(
+            ledger.expiry.len() <= 4 * 301 + 1,
+            "{}",
+            ledger.expiry.len()
+        );
+        assert_eq!(ledger.active_bookings(), 301);
+        // Every active booking still expires at its deadline, and nothing else is released.
+        assert_eq!(ledger.expire(deadline - Duration::from_secs(1)), 0);
+        assert_eq!(ledger.expire(deadline), 301);
+        assert_eq!(ledger.active_bookings(), 0);
+        assert_eq!(worker.load.snapshot().active_requests, 0);
+        assert_eq!(worker.load.snapshot().active_prefill_tokens, 0);
     }
 }
