@@ -47,14 +47,14 @@ impl<'a> SourceRanking<'a> {
         ranking
     }
 
-    /// The eligible source with the longest prefix (the best source for every other worker).
-    pub fn best(&self) -> Option<&'a Candidate> {
-        self.first
-    }
-
-    /// The eligible source ranked after [`SourceRanking::best`] (the best source for it).
-    pub fn second_best(&self) -> Option<&'a Candidate> {
-        self.second
+    /// The prefix lengths of the best source for bookings on any worker, read once (see
+    /// [`SourcePrefixes::for_booking_on`]): for a loop over every candidate.
+    pub fn prefixes(&self) -> SourcePrefixes {
+        SourcePrefixes {
+            best_worker: self.first.map(|first| first.worker),
+            best: self.first.map_or(0, |first| first.cached_blocks),
+            second: self.second.map_or(0, |second| second.cached_blocks),
+        }
     }
 
     /// The best eligible source for a booking on `booked`, if any peer is eligible.
@@ -64,6 +64,27 @@ impl<'a> SourceRanking<'a> {
             Some(first) if first.worker != booked => Some(first),
             Some(_) => self.second.filter(|second| second.worker != booked),
             None => None,
+        }
+    }
+}
+
+/// The cached prefixes of a ranking's two best sources, by value.
+#[derive(Clone, Copy, Debug)]
+pub struct SourcePrefixes {
+    best_worker: Option<WorkerId>,
+    best: usize,
+    second: usize,
+}
+
+impl SourcePrefixes {
+    /// The cached prefix of [`SourceRanking::best_for`]`(booked)`, 0 when no peer is eligible:
+    /// the best source's, except for the best itself, whose best source is the second.
+    #[inline]
+    pub fn for_booking_on(&self, booked: WorkerId) -> usize {
+        if self.best_worker == Some(booked) {
+            self.second
+        } else {
+            self.best
         }
     }
 }
@@ -145,16 +166,24 @@ mod tests {
     }
 
     /// The ranking of `candidates`, after checking its best source for every one of them
-    /// against [`brute_force`].
+    /// against [`brute_force`] (and its prefix against the best source's).
     fn assert_ranks_as_brute_force<'a>(
         candidates: &'a [Candidate],
         context: &str,
     ) -> SourceRanking<'a> {
         let ranking = SourceRanking::new(candidates);
+        let prefixes = ranking.prefixes();
         for candidate in candidates {
+            let best = ranking.best_for(candidate.worker);
             assert_eq!(
-                ranking.best_for(candidate.worker).map(|c| c.worker),
+                best.map(|c| c.worker),
                 brute_force(candidates, candidate.worker),
+                "{context}: booked {}",
+                candidate.worker
+            );
+            assert_eq!(
+                prefixes.for_booking_on(candidate.worker),
+                best.map_or(0, |c| c.cached_blocks),
                 "{context}: booked {}",
                 candidate.worker
             );

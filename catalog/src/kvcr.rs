@@ -152,14 +152,8 @@ impl Kvcr {
         costs.clear();
         costs.resize(2 * candidates.len(), 0.0);
         let (credited, plain) = costs.split_at_mut(candidates.len());
-        // Every candidate's best source is the best one, but the best's own is the second:
-        // their prefixes (0 for none: no extra blocks) are read once, not per candidate.
-        let best = ranking.best();
-        let best_worker = best.map(|best| best.worker);
-        let best_prefix = best.map_or(0, |best| best.cached_blocks);
-        let second_prefix = ranking
-            .second_best()
-            .map_or(0, |second| second.cached_blocks);
+        // The two best sources' prefixes, read once rather than per candidate.
+        let sources = ranking.prefixes();
         // One pass: each candidate's overlap-independent terms serve both of its costs.
         for ((credited, plain), candidate) in
             credited.iter_mut().zip(plain.iter_mut()).zip(candidates)
@@ -167,11 +161,7 @@ impl Kvcr {
             let terms = self
                 .model
                 .terms(&candidate.load, prefill.of(&candidate.load));
-            let source_prefix = if best_worker == Some(candidate.worker) {
-                second_prefix
-            } else {
-                best_prefix
-            };
+            let source_prefix = sources.for_booking_on(candidate.worker);
             *credited = terms.cost(self.credited_overlap(candidate, source_prefix));
             *plain = terms.cost(count(candidate.cached_blocks as u64));
         }
