@@ -58,17 +58,19 @@ impl RoleWorkers {
     /// lookup: a booking asks once per active chain that shares its first block.
     pub(crate) fn position_of(&self, holder: Holder) -> Option<usize> {
         self.positions
-            .find(cell_hash(holder.cell), |&position| {
+            .find(table_hash(holder.cell), |&position| {
                 self.holders[position] == holder
             })
             .copied()
     }
 }
 
-/// The position table's hash of a load cell's serial number (serials count up from 1: a
-/// multiply by an odd constant spreads them over the high bits the table's control bytes use).
-fn cell_hash(cell: u64) -> u64 {
-    cell.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// The hash the router's tables file a `u64` key under (a load cell's serial number, which
+/// counts up from 1; an active chain's first block, which a caller may send as any `u64`): a
+/// multiply by an odd constant spreads small keys over the high bits hashbrown's control bytes
+/// use, and keeps distinct keys distinct.
+pub(crate) fn table_hash(key: u64) -> u64 {
+    key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Every registered worker, by id and by role.
@@ -125,8 +127,8 @@ impl Workers {
         let holders: Vec<Holder> = entries.iter().map(|entry| entry.load.holder()).collect();
         let mut positions = HashTable::with_capacity(holders.len());
         for (position, holder) in holders.iter().enumerate() {
-            positions.insert_unique(cell_hash(holder.cell), position, |&position| {
-                cell_hash(holders[position].cell)
+            positions.insert_unique(table_hash(holder.cell), position, |&position| {
+                table_hash(holders[position].cell)
             });
         }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,7 @@
 //! `n − max lcp(C, A)` blocks over the worker's active chains `A`; removing it takes away
 //! `n − max lcp(C, A)` over the remaining ones.
 
+use super::table_hash;
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
 use hashbrown::HashTable;
@@ -64,17 +65,10 @@ pub(crate) struct ActiveChains {
     by_first: HashTable<FirstBlockGroup>,
 }
 
-/// The table's hash of a first block: sequence hashes are well mixed already, but a caller may
-/// send any `u64`s, so a multiply by an odd constant spreads small ones over the high bits the
-/// table's control bytes use (and keeps distinct low bits distinct).
-fn slot_hash(first: SequenceHash) -> u64 {
-    first.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 impl ActiveChains {
     fn group(&self, first: SequenceHash) -> Option<&FirstBlockGroup> {
         self.by_first
-            .find(slot_hash(first), |group| group.first == first)
+            .find(table_hash(first.0), |group| group.first == first)
     }
 
     /// Raises `shared[i]` to the length of the longest prefix of `chain` that an active chain of
@@ -123,9 +117,9 @@ impl ActiveChains {
         let group = self
             .by_first
             .entry(
-                slot_hash(first),
+                table_hash(first.0),
                 |group| group.first == first,
-                |group| slot_hash(group.first),
+                |group| table_hash(group.first.0),
             )
             .or_insert_with(|| FirstBlockGroup {
                 first,
@@ -149,7 +143,7 @@ impl ActiveChains {
         };
         let Ok(mut entry) = self
             .by_first
-            .find_entry(slot_hash(first), |group| group.first == first)
+            .find_entry(table_hash(first.0), |group| group.first == first)
         else {
             return 0;
         };
