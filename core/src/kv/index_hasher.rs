@@ -1,5 +1,6 @@
-//! The hasher of the index's maps: keys are 64-bit block hashes, so one folded multiply mixes
-//! them well enough (engine ids may be small integers) at a fraction of SipHash's cost.
+//! The hasher of the index's maps (and of the router's tables keyed by a `u64`): keys are 64-bit
+//! block hashes or serial numbers, so one folded multiply mixes them well enough (engine ids and
+//! serials may be small integers) at a fraction of SipHash's cost.
 
 use std::hash::{BuildHasher, Hasher};
 

@@ -31,4 +31,5 @@ pub use index::{
     BatchProgress, DumpError, IndexCounters, IndexOptions, KvIndex, RecordedEngines, ReplayRequest,
     WorkerIndexState,
 };
+pub(crate) use index_hasher::mix;
 pub use request_identity::RequestIdentity;

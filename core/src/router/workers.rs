@@ -7,6 +7,7 @@ pub(crate) use active_chains::{ActiveChains, Holder};
 pub(crate) use load_cell::{ActiveChain, WorkerLoadCell};
 
 use super::worker::{Role, WorkerId, WorkerInfo};
+use crate::kv::mix;
 use hashbrown::HashTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,19 +59,11 @@ impl RoleWorkers {
     /// lookup: a booking asks once per active chain that shares its first block.
     pub(crate) fn position_of(&self, holder: Holder) -> Option<usize> {
         self.positions
-            .find(table_hash(holder.cell), |&position| {
+            .find(mix(holder.cell), |&position| {
                 self.holders[position] == holder
             })
             .copied()
     }
-}
-
-/// The hash the router's tables file a `u64` key under (a load cell's serial number, which
-/// counts up from 1; an active chain's first block, which a caller may send as any `u64`): a
-/// multiply by an odd constant spreads small keys over the high bits hashbrown's control bytes
-/// use, and keeps distinct keys distinct.
-pub(crate) fn table_hash(key: u64) -> u64 {
-    key.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Every registered worker, by id and by role.
@@ -127,8 +120,8 @@ impl Workers {
         let holders: Vec<Holder> = entries.iter().map(|entry| entry.load.holder()).collect();
         let mut positions = HashTable::with_capacity(holders.len());
         for (position, holder) in holders.iter().enumerate() {
-            positions.insert_unique(table_hash(holder.cell), position, |&position| {
-                table_hash(holders[position].cell)
+            positions.insert_unique(mix(holder.cell), position, |&position| {
+                mix(holders[position].cell)
             });
         }
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);

@@ -11,9 +11,9 @@
 //! `n − max lcp(C, A)` blocks over the worker's active chains `A`; removing it takes away
 //! `n − max lcp(C, A)` over the remaining ones.
 
-use super::table_hash;
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
+use crate::kv::mix;
 use hashbrown::HashTable;
 use std::sync::Arc;
 
@@ -68,7 +68,7 @@ pub(crate) struct ActiveChains {
 impl ActiveChains {
     fn group(&self, first: SequenceHash) -> Option<&FirstBlockGroup> {
         self.by_first
-            .find(table_hash(first.0), |group| group.first == first)
+            .find(mix(first.0), |group| group.first == first)
     }
 
     /// Raises `shared[i]` to the length of the longest prefix of `chain` that an active chain of
@@ -117,9 +117,9 @@ impl ActiveChains {
         let group = self
             .by_first
             .entry(
-                table_hash(first.0),
+                mix(first.0),
                 |group| group.first == first,
-                |group| table_hash(group.first.0),
+                |group| mix(group.first.0),
             )
             .or_insert_with(|| FirstBlockGroup {
                 first,
@@ -143,7 +143,7 @@ impl ActiveChains {
         };
         let Ok(mut entry) = self
             .by_first
-            .find_entry(table_hash(first.0), |group| group.first == first)
+            .find_entry(mix(first.0), |group| group.first == first)
         else {
             return 0;
         };
