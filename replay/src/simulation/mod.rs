@@ -3,8 +3,8 @@
 //! virtual time, as fast as the CPU allows.
 //!
 //! [`simulate`] registers the workers and runs the event loop; the stages of a request live in
-//! their own files: [`arrival`] (booking and reading the hint), [`stage_start`] (what a worker
-//! reuses, fetches and computes when it starts a job) and [`completion`] (storing the blocks,
+//! their own files: `arrival` (booking and reading the hint), `stage_start` (what a worker
+//! reuses, fetches and computes when it starts a job) and `completion` (storing the blocks,
 //! publishing KV events, handing the request on).
 
 mod arrival;

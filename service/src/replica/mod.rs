@@ -12,7 +12,7 @@
 //!   not booking events are counted and dropped.
 //! - **Warm start** ([`warm_start`]): the workers and `GET /dump` of the first peer that
 //!   answers, applied before `/ready` says ready.
-//! - The routes ([`routes`]): upstream's `/replica_sync/register_peer`, `deregister_peer` and
+//! - The routes ([`routes()`]): upstream's `/replica_sync/register_peer`, `deregister_peer` and
 //!   `GET /replica_sync/peers`, plus `POST`/`DELETE /replica_sync/peers` and
 //!   `GET /replica_sync/info`.
 
