@@ -12,6 +12,7 @@ mod concurrent;
 mod counting_alloc;
 mod dump_interop;
 mod engines;
+mod ingest_phases;
 mod measure;
 mod report;
 mod synthetic;
@@ -56,6 +57,8 @@ struct Args {
     trace_workers: u32,
     /// Only these phases (comma-separated: synthetic, trace, concurrent, dump); all by default.
     /// `dump` checks that our index's dump rebuilds upstream's `RadixTree` and CRTC.
+    /// `ingest-phases` (only when named) times the synthetic ingest per eighth of the workers:
+    /// ours growing, ours sized up front and upstream's `RadixTree`, `--ingest-runs` each.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -232,7 +235,9 @@ fn main() -> ExitCode {
         find_rounds: args.rounds.max(1),
         ingest_runs: args.ingest_runs.max(1),
     };
-    let needs_synthetic = wants("synthetic") || wants("concurrent") || wants("dump");
+    let named = |phase: &str| args.only.iter().any(|p| p == phase);
+    let needs_synthetic =
+        wants("synthetic") || wants("concurrent") || wants("dump") || named("ingest-phases");
     let synthetic = needs_synthetic.then(|| {
         let bar = progress_bar();
         let workload = synthetic::build(&synthetic::SyntheticSpec::default(), &bar);
@@ -248,6 +253,13 @@ fn main() -> ExitCode {
         println!("{}", comparison.sized.line(reports));
         println!("(load average after: {})\n", load_average());
         mismatches += report_mismatches(reports);
+    }
+    if let Some(workload) = synthetic.as_ref().filter(|_| named("ingest-phases")) {
+        let bar = progress_bar();
+        let table = ingest_phases::table(workload, rounds.ingest_runs, &bar);
+        bar.finish_and_clear();
+        println!("### Ingest by phase: {}\n\n{table}\n", workload.name);
+        println!("(load average after: {})\n", load_average());
     }
     if wants("dump") {
         mismatches += dump_checks(synthetic.as_ref(), args.trace.as_deref(), &args);
