@@ -74,43 +74,31 @@ fn time_events<E: Engine>(mut engine: E, workload: &Workload, phases: &mut [Phas
     engine.sync();
 }
 
+impl Phase {
+    /// `other`'s blocks and times added to this phase's.
+    fn add(&mut self, other: &Phase) {
+        self.stored += other.stored;
+        self.new += other.new;
+        for (total, seconds) in self.seconds.iter_mut().zip(other.seconds) {
+            *total += seconds;
+        }
+    }
+}
+
 fn render(phases: &[Phase], workers: u32, ingests: usize) -> String {
     let mut out = String::from(
         "| workers | stored blocks | new to the cluster | ours, growing | ours, sized up front | upstream RadixTree |\n\
          |---|---|---|---|---|---|\n",
     );
-    let per_block = |phase: &Phase, column: usize| {
-        phase.seconds[column] * 1e9 / (phase.stored * ingests).max(1) as f64
-    };
     let mut totals = Phase::default();
     for (group, phase) in phases.iter().enumerate() {
         let first = group * workers as usize / GROUPS;
         let last = (group + 1) * workers as usize / GROUPS;
-        let _ = writeln!(
-            out,
-            "| {first}–{} | {} | {:.0} % | {:.1} ns | {:.1} ns | {:.1} ns |",
-            last.saturating_sub(1),
-            phase.stored,
-            phase.new as f64 * 100.0 / phase.stored.max(1) as f64,
-            per_block(phase, 0),
-            per_block(phase, 1),
-            per_block(phase, 2),
-        );
-        totals.stored += phase.stored;
-        totals.new += phase.new;
-        for column in 0..3 {
-            totals.seconds[column] += phase.seconds[column];
-        }
+        let label = format!("{first}–{}", last.saturating_sub(1));
+        write_row(&mut out, &label, phase, ingests);
+        totals.add(phase);
     }
-    let _ = writeln!(
-        out,
-        "| all | {} | {:.0} % | {:.1} ns | {:.1} ns | {:.1} ns |",
-        totals.stored,
-        totals.new as f64 * 100.0 / totals.stored.max(1) as f64,
-        per_block(&totals, 0),
-        per_block(&totals, 1),
-        per_block(&totals, 2),
-    );
+    write_row(&mut out, "all", &totals, ingests);
     let _ = write!(
         out,
         "\nNanoseconds per stored block, each event timed alone, {ingests} ingests per engine \
@@ -120,6 +108,19 @@ fn render(phases: &[Phase], workers: u32, ingests: usize) -> String {
         totals.seconds[1] / totals.seconds[2].max(f64::MIN_POSITIVE),
     );
     out
+}
+
+/// One row of the table: `phase`'s blocks, its share of new ones, and each engine's time per
+/// stored block over `ingests` ingests.
+fn write_row(out: &mut String, label: &str, phase: &Phase, ingests: usize) {
+    let blocks = (phase.stored * ingests).max(1) as f64;
+    let [growing, sized, radix] = phase.seconds.map(|seconds| seconds * 1e9 / blocks);
+    let _ = writeln!(
+        out,
+        "| {label} | {} | {:.0} % | {growing:.1} ns | {sized:.1} ns | {radix:.1} ns |",
+        phase.stored,
+        phase.new as f64 * 100.0 / phase.stored.max(1) as f64,
+    );
 }
 
 #[cfg(test)]
