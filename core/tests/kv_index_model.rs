@@ -1,7 +1,8 @@
 //! The KV index against a naive model of its rules: random event sequences with parent-chained
 //! stores, unknown and self-referencing parents, gaps, duplicates, engine restarts, abandoned
-//! recoveries, non-device tiers, engine ids that differ between workers or are reused, unknown
-//! workers and unknown blocks.
+//! recoveries, non-device tiers, engine ids that differ between workers or are reused, engine
+//! ids that are sequence hashes (the block's own, or another block's), unknown workers and
+//! unknown blocks.
 
 use dynamo_kv_router::kv::{
     EngineBlockHash, EventOutcome, IgnoreReason, KvCacheEventData, KvIndex, LocalBlockHash,
@@ -211,7 +212,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
             5 => (0u8..8).prop_map(Some),
             1 => Just(Some(u8::MAX)),
         ],
-        0u8..3,
+        0u8..5,
     )
         .prop_map(|(letters, parent, engine_mode)| Action::Store {
             letters,
@@ -289,11 +290,15 @@ fn resolve(model: &Model, worker: WorkerId, action: &Action) -> KvCacheEventData
                     let seq = next_sequence_hash(chain_seq, local(*letter));
                     chain_seq = Some(seq);
                     // Mode 0: engines agree (engine = f(seq)); 1: per-worker ids; 2: small
-                    // reused ids.
+                    // reused ids; 3: the sequence hash itself (self-named blocks); 4: the
+                    // sequence hash of a root block, which names that block when it is one
+                    // and is another block's sequence hash otherwise.
                     let engine = match engine_mode {
                         0 => seq.0 ^ 0x5555,
                         1 => seq.0.wrapping_mul(7) ^ worker.worker_id,
-                        _ => k as u64 % 4,
+                        2 => k as u64 % 4,
+                        3 => seq.0,
+                        _ => seq_path(&[*letter])[0].0,
                     };
                     (EngineBlockHash(engine), local(*letter))
                 })
@@ -331,7 +336,7 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
     .collect();
     let all: Vec<WorkerId> = (0..5).map(worker).collect();
     for op in ops {
-        match op {
+        match op.clone() {
             Op::Event {
                 worker: n,
                 numbering,
@@ -374,6 +379,9 @@ fn check_against_model(ops: Vec<Op>, filler_workers: usize) {
                 assert_eq!(index.abandon_recovery(worker(n)), known.is_some());
             }
         }
+        index
+            .check_engine_ownership()
+            .unwrap_or_else(|error| panic!("after {op:?}: {error}"));
         let mut out = Vec::new();
         let (mut with_engines, mut engines, mut prefix) =
             (Vec::new(), RecordedEngines::default(), Vec::new());

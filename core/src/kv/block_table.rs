@@ -28,7 +28,7 @@ pub(crate) struct BlockTable {
 }
 
 /// Where [`BlockTable::find_or_vacancy`] found a key absent: the empty slot ending its probe
-/// (`None` in a table with no slots yet).
+/// (`None` in a table with no entries, where [`BlockTable::fill`] places the entry itself).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Vacancy {
     at: Option<usize>,
@@ -122,6 +122,10 @@ impl BlockTable {
         hash: u64,
         mut is_key: impl FnMut(u32) -> bool,
     ) -> Result<u32, Vacancy> {
+        if self.len == 0 {
+            // Nothing to find, and no slot worth reading (an insert places the entry).
+            return Err(Vacancy { at: None });
+        }
         let tag = hash & TAG;
         let mut at = self.home(hash);
         loop {

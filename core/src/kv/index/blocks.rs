@@ -71,7 +71,8 @@ impl KvIndex {
             .find_or_vacancy(key_hash(seq), |block| blocks.get(block).seq == seq)
     }
 
-    /// The block whose canonical engine hash is `engine` and that owns it in `by_engine`.
+    /// The block that owns engine hash `engine`: the one `by_engine` files under it, else the
+    /// live self-named block whose sequence hash is `engine` (see `KvIndex::self_named`).
     pub(super) fn canonical_block(&self, engine: u64) -> Option<u32> {
         self.canonical_block_or_vacancy(engine).ok()
     }
@@ -79,9 +80,35 @@ impl KvIndex {
     /// [`KvIndex::canonical_block`], or where `by_engine` would file `engine`.
     #[inline]
     pub(super) fn canonical_block_or_vacancy(&self, engine: u64) -> Result<u32, Vacancy> {
+        let vacancy = match self.filed_block_or_vacancy(engine) {
+            Ok(block) => return Ok(block),
+            Err(vacancy) => vacancy,
+        };
+        self.self_named_block(engine).ok_or(vacancy)
+    }
+
+    /// The block `by_engine` files under `engine`, or where it would file it.
+    #[inline]
+    fn filed_block_or_vacancy(&self, engine: u64) -> Result<u32, Vacancy> {
         let blocks = &self.blocks;
         self.by_engine
             .find_or_vacancy(key_hash(engine), |block| blocks.get(block).engine == engine)
+    }
+
+    /// Whether `by_engine` files a block under `engine`.
+    #[inline]
+    pub(super) fn files_engine(&self, engine: u64) -> bool {
+        self.filed_block_or_vacancy(engine).is_ok()
+    }
+
+    /// The live self-named block whose sequence (and engine) hash is `engine`.
+    #[inline]
+    fn self_named_block(&self, engine: u64) -> Option<u32> {
+        if self.self_named == 0 {
+            return None;
+        }
+        self.find_block(engine)
+            .filter(|&block| self.blocks.get(block).engine == engine)
     }
 
     pub(super) fn overflow_mask(&self, block: u32, group: u32) -> u64 {
@@ -193,19 +220,41 @@ impl KvIndex {
             Some(vacancy) => self.by_seq.fill(vacancy, key_hash(seq), index),
             None => self.by_seq.insert(key_hash(seq), index),
         }
+        if seq == engine {
+            self.self_named += 1;
+        }
         self.lineage.record(index, origin);
         index
     }
 
-    /// Records `block` as the owner of its canonical engine hash unless another block owns it;
-    /// returns whether `block` owns it.
+    /// Settles who owns the canonical engine hash of `block`, just allocated: `block` owns it
+    /// unless another block does (a block that is not self-named is then filed in
+    /// `by_engine`), and is counted as unowned otherwise. Returns whether `block` owns it.
+    pub(super) fn settle_engine(&mut self, block: u32) -> bool {
+        let engine = self.blocks.get(block).engine;
+        let owned = match self.canonical_block(engine) {
+            // A self-named block finds itself unless `by_engine` files its engine hash.
+            Some(owner) => owner == block,
+            None => {
+                self.by_engine.insert(key_hash(engine), block);
+                true
+            }
+        };
+        if !owned {
+            self.unowned += 1;
+        }
+        owned
+    }
+
+    /// Records `block`, live, as the owner of its canonical engine hash if no block owns it
+    /// (its owner may have been freed since it was allocated); returns whether `block` owns it.
     pub(super) fn claim_engine(&mut self, block: u32) -> bool {
         let engine = self.blocks.get(block).engine;
         match self.canonical_block(engine) {
             Some(owner) => owner == block,
             None => {
+                // A self-named block always finds itself, so `block` is not self-named.
                 self.by_engine.insert(key_hash(engine), block);
-                // Every block `store` allocates starts out counted as unowned.
                 self.unowned -= 1;
                 true
             }
@@ -216,8 +265,16 @@ impl KvIndex {
     fn free_block(&mut self, block: u32) {
         let entry = *self.blocks.get(block);
         self.by_seq.remove(key_hash(entry.seq), block);
-        let owned = self.by_engine.remove(key_hash(entry.engine), block);
-        if !owned {
+        if entry.seq == entry.engine {
+            self.self_named -= 1;
+            // It owned its engine hash unless `by_engine` files another block under it.
+            if self.files_engine(entry.engine) {
+                self.unowned -= 1;
+            }
+        } else if !self.by_engine.remove(key_hash(entry.engine), block) {
+            self.unowned -= 1;
+        } else if self.self_named_block(entry.engine).is_some() {
+            // The self-named block whose sequence hash is this engine hash owns it now.
             self.unowned -= 1;
         }
         *self.blocks.get_mut(block) = Block::default();
@@ -368,6 +425,38 @@ impl KvIndex {
 }
 
 impl KvIndex {
+    /// Recounts, block by block, who owns which engine hash, and checks the counts the fast
+    /// paths trust (`unowned`, `self_named`) and that no self-named block is filed in
+    /// `by_engine`. For tests; it reads the whole slab.
+    #[doc(hidden)]
+    pub fn check_engine_ownership(&self) -> Result<(), String> {
+        let live = |index: u32, block: &Block| self.find_block(block.seq) == Some(index);
+        let (mut unowned, mut self_named) = (0, 0);
+        for (index, block) in self.blocks.iter().filter(|(i, b)| live(*i, b)) {
+            let filed = self.filed_block_or_vacancy(block.engine).ok();
+            if block.seq == block.engine {
+                self_named += 1;
+                if filed == Some(index) {
+                    return Err(format!("self-named block {index} is filed in by_engine"));
+                }
+            }
+            let owner = filed.or_else(|| {
+                self.find_block(block.engine)
+                    .filter(|&named| self.blocks.get(named).engine == block.engine)
+            });
+            if owner != Some(index) {
+                unowned += 1;
+            }
+        }
+        if (unowned, self_named) != (self.unowned, self.self_named) {
+            return Err(format!(
+                "counted {} unowned and {} self-named blocks, recounted {unowned} and {self_named}",
+                self.unowned, self.self_named
+            ));
+        }
+        Ok(())
+    }
+
     /// The engine hash `worker` reported for the block `sequence_hash`, if it holds the block
     /// (what a booking's `BlockLookup` answers).
     pub fn engine_block_hash(

@@ -166,14 +166,15 @@ impl KvIndex {
             KvCacheEventData::Stored(store) => self.apply_stored(slot, event, store),
             KvCacheEventData::Removed(remove) => {
                 let mut removed = 0u64;
-                // A removal finds each block through `by_engine`: its slots are prefetched
-                // some blocks ahead, as a store's are.
+                // A removal finds each block through `by_engine` (or `by_seq`, for a
+                // self-named block): its slots are prefetched some blocks ahead, as a store's
+                // are.
                 for engine in remove.block_hashes.iter().take(STORE_AHEAD) {
-                    self.by_engine.prefetch(key_hash(engine.0));
+                    self.prefetch_engine_slots(engine.0);
                 }
                 for (n, engine) in remove.block_hashes.iter().enumerate() {
                     if let Some(later) = remove.block_hashes.get(n + STORE_AHEAD) {
-                        self.by_engine.prefetch(key_hash(later.0));
+                        self.prefetch_engine_slots(later.0);
                     }
                     match self.block_of_engine(slot, engine.0) {
                         Some(block) => {
@@ -278,11 +279,25 @@ impl KvIndex {
     }
 
     /// Hints the CPU to load the table slots a store of the block with engine hash `engine`
-    /// and sequence hash `seq` probes.
+    /// and sequence hash `seq` probes (`by_seq` alone for a self-named block while
+    /// `by_engine` files nothing).
     #[inline]
     fn prefetch_slots(&self, engine: u64, seq: u64) {
-        self.by_engine.prefetch(key_hash(engine));
+        if engine != seq || self.by_engine.len() > 0 {
+            self.by_engine.prefetch(key_hash(engine));
+        }
         self.by_seq.prefetch(key_hash(seq));
+    }
+
+    /// Hints the CPU to load the table slots that finding the owner of `engine` probes.
+    #[inline]
+    fn prefetch_engine_slots(&self, engine: u64) {
+        if self.by_engine.len() > 0 {
+            self.by_engine.prefetch(key_hash(engine));
+        }
+        if self.self_named > 0 {
+            self.by_seq.prefetch(key_hash(engine));
+        }
     }
 
     /// The block `slot` holds under engine hash `parent` ([`KvIndex::block_of_engine`]),
@@ -321,8 +336,7 @@ impl KvIndex {
         let (block, canonical) = match self.find_block(seq) {
             None => {
                 let block = self.alloc_block(seq, engine, 0, origin);
-                self.unowned += 1;
-                (block, self.claim_engine(block))
+                (block, self.settle_engine(block))
             }
             Some(block) if self.blocks.get(block).engine == engine => {
                 (block, self.claim_engine(block))
@@ -338,10 +352,7 @@ impl KvIndex {
         if !canonical {
             self.add_override(slot, engine, block);
         }
-        if let Some(state) = self.slot_state_mut(slot) {
-            state.blocks += 1;
-        }
-        self.memberships += 1;
+        self.count_membership(slot);
     }
 
     /// The two-probe paths of a store by a worker in slots 0..63 without overrides: a block
@@ -366,6 +377,8 @@ impl KvIndex {
         };
         let canonical = if guessed {
             Ok(guess)
+        } else if engine == seq {
+            return self.store_self_named_on_fast_path(slot, seq, origin);
         } else {
             self.canonical_block_or_vacancy(engine)
         };
@@ -389,10 +402,51 @@ impl KvIndex {
                 block
             }
         };
+        self.count_membership(slot);
+        Some((block, guessed))
+    }
+
+    /// [`KvIndex::store_on_fast_path`] for a block the engine names by its sequence hash `seq`:
+    /// one `by_seq` probe finds the block, which owns its engine hash when it is self-named and
+    /// `by_engine` files no other block under that hash, or ends where a new block goes.
+    fn store_self_named_on_fast_path(
+        &mut self,
+        slot: u32,
+        seq: u64,
+        origin: Origin,
+    ) -> Option<(u32, bool)> {
+        let (_, bit) = split(slot);
+        let block = match self.find_block_or_vacancy(seq) {
+            Ok(block) => {
+                let owned = self.blocks.get(block).engine == seq
+                    && (self.unowned == 0 || !self.files_engine(seq));
+                if !owned {
+                    return None;
+                }
+                let entry = self.blocks.get_mut(block);
+                if entry.holders & bit != 0 {
+                    return Some((block, false));
+                }
+                entry.holders |= bit;
+                block
+            }
+            Err(seq_vacancy) => {
+                if self.files_engine(seq) {
+                    return None;
+                }
+                self.alloc_block_at(seq, seq, bit, origin, Some(seq_vacancy))
+            }
+        };
+        self.count_membership(slot);
+        Some((block, false))
+    }
+
+    /// Counts a membership just added for `slot`.
+    #[inline]
+    fn count_membership(&mut self, slot: u32) {
         if let Some(state) = self.slot_state_mut(slot) {
             state.blocks += 1;
         }
         self.memberships += 1;
-        Some((block, guessed))
     }
 }

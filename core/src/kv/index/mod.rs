@@ -1,14 +1,16 @@
 //! The KV index: which worker caches which block, fed by KV events, queried per booking.
 //!
 //! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
-//! and a distinct block about 24 bytes plus two 8-byte hash-table slots):
+//! and a distinct block about 24 bytes plus two 8-byte hash-table slots, one when the engine
+//! names the block by its sequence hash):
 //! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
 //!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
 //!   free list; everything else refers to a block by its `u32` slab index;
 //! - `by_seq`: sequence hash → slab index (an open-addressing table of tag + index slots; keys are
 //!   read from the slab);
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
-//!   find their block;
+//!   find their block; a *self-named* block (its engine hash is its sequence hash) is found
+//!   through `by_seq` instead and not filed here;
 //! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
 //! - `lineage`, only in an index built to be dumped ([`KvIndex::with_lineage`]): each block's
 //!   local hash and parent tag, 12 bytes per distinct block;
@@ -71,10 +73,17 @@ pub struct KvIndex {
     slots: Vec<Option<SlotState>>,
     by_worker: SlotDirectory,
     memberships: usize,
-    /// Live blocks whose canonical engine hash another block owns in `by_engine` (engines that
-    /// reuse an id for other content); while there are none, a live block whose engine hash
-    /// is `e` is the owner of `e`, which lets stores skip the `by_engine` probe.
+    /// Live blocks whose canonical engine hash another block owns (engines that reuse an id
+    /// for other content); while there are none, a live block whose engine hash is `e` is the
+    /// owner of `e`, which lets stores skip the `by_engine` probe.
     unowned: usize,
+    /// Live *self-named* blocks: blocks whose canonical engine hash is their sequence hash (the
+    /// engine names blocks by the router's own sequence hash, as upstream's mocker does).
+    /// `by_seq` already finds such a block by its engine hash, so it is never filed in
+    /// `by_engine`: a new block costs one table slot and one probe instead of two. The owner
+    /// of an engine hash `e` is the block `by_engine` files under `e`, else the live
+    /// self-named block whose sequence hash is `e`.
+    self_named: usize,
     counters: IndexCounters,
     /// The sequence hashes of the store being applied (kept to reuse its allocation).
     store_seqs: Vec<u64>,
