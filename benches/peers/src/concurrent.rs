@@ -9,7 +9,7 @@ use crate::engines::{
     Engine, Ours, UpstreamCrtc, current_thread_runtime, our_event, upstream_event,
 };
 use crate::measure::Latency;
-use crate::workload::{Block, Change, Event, Workload};
+use crate::workload::{Block, BlockIds, Change, Event, Workload};
 use indicatif::ProgressBar;
 use ours::config::{self, ConfigOverrides, ConfigSource};
 use ours::plugins::PolicyRegistry;
@@ -141,7 +141,7 @@ pub fn our_router(workload: &Workload) -> Router {
         }
     }
     for event in &workload.events {
-        router.apply_event(&our_event(event));
+        router.apply_event(&our_event(event, BlockIds::Sequence));
     }
     router
 }
@@ -230,7 +230,7 @@ pub fn ours(
             while !stop.load(Ordering::Relaxed) {
                 churn.next(&mut step);
                 for event in &step {
-                    let event_native = our_event(event);
+                    let event_native = our_event(event, BlockIds::Sequence);
                     writer_router.apply_event(&event_native);
                     events += 1;
                     stored += event.stored_blocks();
@@ -263,7 +263,7 @@ pub fn upstream(
     let pool = crtc.pool();
     let runtime = current_thread_runtime();
     for event in &workload.events {
-        if let Err(error) = pool.enqueue_event(upstream_event(event)) {
+        if let Err(error) = pool.enqueue_event(upstream_event(event, BlockIds::Sequence)) {
             panic!("upstream refused an event: {error}");
         }
     }
@@ -300,7 +300,9 @@ pub fn upstream(
                 for _ in 0..32 {
                     churn.next(&mut step);
                     for event in &step {
-                        if let Err(error) = pool.enqueue_event(upstream_event(event)) {
+                        if let Err(error) =
+                            pool.enqueue_event(upstream_event(event, BlockIds::Sequence))
+                        {
                             panic!("upstream refused an event: {error}");
                         }
                         events += 1;

@@ -5,7 +5,7 @@
 //! Each engine converts the neutral events and queries into its own types outside the timed
 //! sections; the timed sections are the engine's apply and find calls.
 
-use crate::workload::{Change, Event, Query, Workload, engine_id};
+use crate::workload::{BlockIds, Change, Event, Query, Workload};
 use ours::kv::{
     EngineBlockHash as OurEngineHash, IndexOptions, KvCacheEventData as OurEventData, KvIndex,
     LocalBlockHash as OurLocalHash, RouterEvent as OurEvent, SequenceHash, sequence_hashes_iter,
@@ -56,6 +56,7 @@ pub struct Ours {
     index: KvIndex,
     workers: Vec<WorkerId>,
     block_size: u32,
+    ids: BlockIds,
     lengths: Vec<usize>,
     hashes: Vec<SequenceHash>,
 }
@@ -86,7 +87,13 @@ impl Ours {
             workers,
             block_size,
             hashes: Vec::new(),
+            ids: BlockIds::Sequence,
         }
+    }
+
+    /// This index fed events whose blocks are named as `ids` says.
+    pub fn with_ids(self, ids: BlockIds) -> Self {
+        Self { ids, ..self }
     }
 }
 
@@ -94,23 +101,21 @@ impl Ours {
 pub fn distinct_blocks_at_end(workload: &Workload) -> usize {
     let mut ours = Ours::new(workload.workers, workload.block_size);
     for event in &workload.events {
-        let _ = ours.index.apply(&our_event(event));
+        let _ = ours.index.apply(&our_event(event, BlockIds::Sequence));
     }
     ours.index.distinct_blocks()
 }
 
-/// `event` as this project's KV event (upstream's form: local hashes chained by parent).
-pub fn our_event(event: &Event) -> OurEvent {
+/// `event` as this project's KV event (upstream's form: local hashes chained by parent), its
+/// blocks named as `ids` says.
+pub fn our_event(event: &Event, ids: BlockIds) -> OurEvent {
+    let id = |seq: u64| OurEngineHash(ids.id(seq));
     let data = match &event.change {
         Change::Stored { parent, blocks } => OurEventData::stored(
-            parent.map(|p| OurEngineHash(engine_id(p))),
-            blocks
-                .iter()
-                .map(|b| (OurEngineHash(engine_id(b.seq)), OurLocalHash(b.local))),
+            parent.map(id),
+            blocks.iter().map(|b| (id(b.seq), OurLocalHash(b.local))),
         ),
-        Change::Removed { seqs } => {
-            OurEventData::removed(seqs.iter().map(|s| OurEngineHash(engine_id(*s))))
-        }
+        Change::Removed { seqs } => OurEventData::removed(seqs.iter().map(|s| id(*s))),
     };
     OurEvent::new(
         WorkerId::new(WORKER_BASE + u64::from(event.worker), 0),
@@ -129,7 +134,7 @@ impl Engine for Ours {
     }
 
     fn convert(&self, event: &Event) -> OurEvent {
-        our_event(event)
+        our_event(event, self.ids)
     }
 
     fn apply(&mut self, event: OurEvent) {
@@ -162,16 +167,16 @@ impl Engine for Ours {
     }
 }
 
-/// `event` as upstream's router event.
-pub fn upstream_event(event: &Event) -> RouterEvent {
+/// `event` as upstream's router event, its blocks named as `ids` says.
+pub fn upstream_event(event: &Event, ids: BlockIds) -> RouterEvent {
     let data = match &event.change {
         Change::Stored { parent, blocks } => KvCacheEventData::Stored(KvCacheStoreData {
-            parent_hash: parent.map(|p| ExternalSequenceBlockHash(engine_id(p))),
+            parent_hash: parent.map(|p| ExternalSequenceBlockHash(ids.id(p))),
             start_position: None,
             blocks: blocks
                 .iter()
                 .map(|b| KvCacheStoredBlockData {
-                    block_hash: ExternalSequenceBlockHash(engine_id(b.seq)),
+                    block_hash: ExternalSequenceBlockHash(ids.id(b.seq)),
                     tokens_hash: LocalBlockHash(b.local),
                     mm_extra_info: None,
                 })
@@ -180,7 +185,7 @@ pub fn upstream_event(event: &Event) -> RouterEvent {
         Change::Removed { seqs } => KvCacheEventData::Removed(KvCacheRemoveData {
             block_hashes: seqs
                 .iter()
-                .map(|s| ExternalSequenceBlockHash(engine_id(*s)))
+                .map(|s| ExternalSequenceBlockHash(ids.id(*s)))
                 .collect(),
         }),
     };
@@ -235,6 +240,7 @@ fn scores_to_depths(scores: &OverlapScores, out: &mut [u32]) {
 pub struct UpstreamRadix {
     tree: RadixTree,
     block_size: u32,
+    ids: BlockIds,
 }
 
 impl UpstreamRadix {
@@ -242,7 +248,13 @@ impl UpstreamRadix {
         Self {
             tree: RadixTree::new(),
             block_size,
+            ids: BlockIds::Sequence,
         }
+    }
+
+    /// This tree fed events whose blocks are named as `ids` says.
+    pub fn with_ids(self, ids: BlockIds) -> Self {
+        Self { ids, ..self }
     }
 }
 
@@ -256,7 +268,7 @@ impl Engine for UpstreamRadix {
     }
 
     fn convert(&self, event: &Event) -> RouterEvent {
-        upstream_event(event)
+        upstream_event(event, self.ids)
     }
 
     fn apply(&mut self, event: RouterEvent) {
@@ -309,7 +321,8 @@ impl Engine for UpstreamPositional {
     }
 
     fn convert(&self, event: &Event) -> RouterEvent {
-        upstream_event(event)
+        // It can take no other ids (see `BlockIds::Sequence`).
+        upstream_event(event, BlockIds::Sequence)
     }
 
     fn apply(&mut self, event: RouterEvent) {
@@ -340,6 +353,7 @@ pub struct UpstreamCrtc {
     pool: ThreadPoolIndexer<ConcurrentRadixTreeCompressed>,
     runtime: tokio::runtime::Runtime,
     block_size: u32,
+    ids: BlockIds,
 }
 
 impl UpstreamCrtc {
@@ -348,7 +362,13 @@ impl UpstreamCrtc {
             pool: ThreadPoolIndexer::new(ConcurrentRadixTreeCompressed::new(), 1, block_size),
             runtime: current_thread_runtime(),
             block_size,
+            ids: BlockIds::Sequence,
         }
+    }
+
+    /// This indexer fed events whose blocks are named as `ids` says.
+    pub fn with_ids(self, ids: BlockIds) -> Self {
+        Self { ids, ..self }
     }
 
     /// The thread-pool indexer.
@@ -378,7 +398,7 @@ impl Engine for UpstreamCrtc {
     }
 
     fn convert(&self, event: &Event) -> RouterEvent {
-        upstream_event(event)
+        upstream_event(event, self.ids)
     }
 
     fn apply(&mut self, event: RouterEvent) {

@@ -27,7 +27,7 @@ use measure::{EngineReport, Rounds};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use workload::Workload;
+use workload::{BlockIds, Workload};
 
 #[global_allocator]
 static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
@@ -98,6 +98,8 @@ struct Comparison {
     reports: Vec<EngineReport>,
     /// Ours with room made up front for the distinct blocks it holds at the end.
     sized: report::SizedIngest,
+    /// The ingests again, with blocks named by ids of the engines' own.
+    own_ids: report::OwnIdsIngest,
 }
 
 /// Every engine on `workload`, ours first; ours also once more with its tables sized up front
@@ -117,6 +119,7 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
     let distinct = engines::distinct_blocks_at_end(workload);
     let mut ingests: [Vec<measure::IngestSample>; 4] = Default::default();
     let mut sized = Vec::new();
+    let mut own_ids: [Vec<measure::IngestSample>; 3] = Default::default();
     for _ in 0..rounds.ingest_runs {
         ingests[0].push(measure::ingest_once(|| Ours::new(workers, size), workload));
         ingests[1].push(measure::ingest_once(|| UpstreamRadix::new(size), workload));
@@ -128,6 +131,18 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
         // Last in the turn, so that the four engines above meet the allocator as before.
         sized.push(measure::ingest_once(
             || Ours::with_capacity(workers, size, distinct),
+            workload,
+        ));
+        own_ids[0].push(measure::ingest_once(
+            || Ours::new(workers, size).with_ids(BlockIds::Own),
+            workload,
+        ));
+        own_ids[1].push(measure::ingest_once(
+            || UpstreamRadix::new(size).with_ids(BlockIds::Own),
+            workload,
+        ));
+        own_ids[2].push(measure::ingest_once(
+            || UpstreamCrtc::new(size).with_ids(BlockIds::Own),
             workload,
         ));
     }
@@ -165,6 +180,7 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
     Comparison {
         reports,
         sized: report::SizedIngest::of(distinct, &sized),
+        own_ids: report::OwnIdsIngest::of(&own_ids),
     }
 }
 
@@ -251,6 +267,7 @@ fn main() -> ExitCode {
         our_tokens_p50 = reports[0].find_tokens.map(|l| l.p50);
         println!("{}", report::engines_table(&workload.name, reports));
         println!("{}", comparison.sized.line(reports));
+        println!("{}", comparison.own_ids.line());
         println!("(load average after: {})\n", load_average());
         mismatches += report_mismatches(reports);
     }
@@ -282,6 +299,7 @@ fn main() -> ExitCode {
                         let reports = &comparison.reports;
                         println!("{}", report::engines_table(&workload.name, reports));
                         println!("{}", comparison.sized.line(reports));
+                        println!("{}", comparison.own_ids.line());
                         println!("(load average after: {})\n", load_average());
                         mismatches += report_mismatches(reports);
                     }

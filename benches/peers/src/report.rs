@@ -266,3 +266,43 @@ impl SizedIngest {
         )
     }
 }
+
+/// The ingests of ours, upstream's `RadixTree` and CRTC once more, with the events naming
+/// blocks by ids of the engines' own ([`BlockIds::Own`](crate::workload::BlockIds::Own)), as
+/// vLLM and SGLang report them, where the table's figures use sequence hashes. Our index files
+/// a block it can find by sequence hash under no second key, so its figures differ; upstream's
+/// `PositionalIndexer` cannot take such ids and is left out.
+pub struct OwnIdsIngest {
+    /// Median ingests: ours, `RadixTree`, CRTC (default when there were none).
+    medians: [IngestSample; 3],
+}
+
+impl OwnIdsIngest {
+    /// The medians of `samples`: ours, `RadixTree`, CRTC.
+    pub fn of(samples: &[Vec<IngestSample>; 3]) -> Self {
+        Self {
+            medians: std::array::from_fn(|i| median_ingest(&samples[i]).unwrap_or_default()),
+        }
+    }
+
+    /// The report's line.
+    pub fn line(&self) -> String {
+        let [ours, radix, crtc] = &self.medians;
+        let best_rate = radix.blocks_per_sec.max(crtc.blocks_per_sec);
+        let best_bytes = radix.bytes_per_membership.min(crtc.bytes_per_membership);
+        format!(
+            "With blocks named by ids of the engines' own, not sequence hashes (vLLM and SGLang \
+             hash blocks their own way; `PositionalIndexer` cannot take such ids): ingest, \
+             stored blocks/s: ours {:.2} M, RadixTree {:.2} M, CRTC {:.2} M, ours **{:.2}×** best \
+             upstream; live bytes per membership: ours {:.1} B, best upstream {:.1} B \
+             ({:.2}×).\n",
+            ours.blocks_per_sec / 1e6,
+            radix.blocks_per_sec / 1e6,
+            crtc.blocks_per_sec / 1e6,
+            ours.blocks_per_sec / best_rate,
+            ours.bytes_per_membership,
+            best_bytes,
+            ours.bytes_per_membership / best_bytes,
+        )
+    }
+}

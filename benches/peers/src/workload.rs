@@ -50,11 +50,28 @@ pub struct Query {
     pub tokens: Option<Vec<u32>>,
 }
 
-/// The id an engine reports for a block. Upstream's `PositionalIndexer` matches a block's
-/// reported hash against the sequence hash it computes from the query's local hashes, so the
-/// engines here report the sequence hash, as upstream's own benches do.
-pub fn engine_id(seq: u64) -> u64 {
-    seq
+/// How the engines of a workload name blocks in their events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlockIds {
+    /// By sequence hash, as upstream's mocker and its own benches do. Upstream's
+    /// `PositionalIndexer` needs it: it matches a block's reported id against the sequence hash
+    /// it computes from the query's local hashes.
+    #[default]
+    Sequence,
+    /// By an id of the engine's own, the same on every worker, never the sequence hash: engines
+    /// that hash blocks their own way (vLLM, SGLang).
+    Own,
+}
+
+impl BlockIds {
+    /// The id an engine reports for the block of sequence hash `seq`.
+    pub fn id(self, seq: u64) -> u64 {
+        match self {
+            BlockIds::Sequence => seq,
+            // A bijection with no fixed point in practice (a rotation of a masked hash).
+            BlockIds::Own => (seq ^ 0xA076_1D64_78BD_642F).rotate_left(29),
+        }
+    }
 }
 
 /// Which worker holds which sequence hash, by brute force.
