@@ -1,6 +1,7 @@
 //! Index memory per (worker, block) membership, measured with a counting global allocator at
 //! over a million memberships: 64 workers with shared prefixes (the common case), the same with
-//! per-worker engine ids (the override maps), and no sharing at all (the worst case). Each
+//! per-worker engine ids (the override maps) and with sequence hashes as engine ids (no
+//! engine-id table), and no sharing at all (the worst case). Each
 //! scenario is measured twice: the routing index (`KvIndex::new`, no lineage) and the
 //! dumpable index (`KvIndex::with_lineage`, what the service builds).
 //! Run with `cargo bench -p dynamo-kv-router --bench index_memory`; it prints a table.
@@ -50,13 +51,23 @@ fn chains(count: usize, blocks: usize, rng: &mut Rng) -> Vec<Chain> {
         .collect()
 }
 
+/// How the workers' engines name blocks.
+#[derive(Clone, Copy)]
+enum Ids {
+    /// Every worker reports a block under the same id of the engine's own.
+    Shared,
+    /// Every worker reports a block under its sequence hash (as upstream's mocker does).
+    Sequence,
+    /// Every worker reports a block under an id of its own.
+    PerWorker,
+}
+
 /// The engine id worker `w` reports for the block with sequence hash `seq`.
-fn engine_id(seq: SequenceHash, w: usize, per_worker_engine_ids: bool) -> EngineBlockHash {
-    let shared = engine_of(seq);
-    if per_worker_engine_ids {
-        EngineBlockHash(shared.0 ^ (w as u64).wrapping_mul(0x9E37_79B9))
-    } else {
-        shared
+fn engine_id(seq: SequenceHash, w: usize, ids: Ids) -> EngineBlockHash {
+    match ids {
+        Ids::Shared => engine_of(seq),
+        Ids::Sequence => EngineBlockHash(seq.0),
+        Ids::PerWorker => EngineBlockHash(engine_of(seq).0 ^ (w as u64).wrapping_mul(0x9E37_79B9)),
     }
 }
 
@@ -65,7 +76,7 @@ fn engine_id(seq: SequenceHash, w: usize, per_worker_engine_ids: bool) -> Engine
 fn measure(
     plan: &[Vec<(usize, usize)>],
     chains: &[Chain],
-    per_worker_engine_ids: bool,
+    ids: Ids,
     lineage: bool,
 ) -> (usize, usize, usize) {
     let before = LIVE.load(Ordering::Relaxed);
@@ -85,13 +96,9 @@ fn measure(
                 let end = (start + 32).min(depth);
                 let parent = start
                     .checked_sub(1)
-                    .map(|p| engine_id(chain.seq[p], w, per_worker_engine_ids));
-                let blocks = (start..end).map(|i| {
-                    (
-                        engine_id(chain.seq[i], w, per_worker_engine_ids),
-                        chain.local[i],
-                    )
-                });
+                    .map(|p| engine_id(chain.seq[p], w, ids));
+                let blocks =
+                    (start..end).map(|i| (engine_id(chain.seq[i], w, ids), chain.local[i]));
                 let event = RouterEvent::new(
                     worker(w as u64),
                     event_id,
@@ -109,9 +116,9 @@ fn measure(
 }
 
 /// Measures `plan` without and with lineage and prints one row.
-fn report(name: &str, plan: &[Vec<(usize, usize)>], chains: &[Chain], per_worker_ids: bool) {
-    let (bytes, memberships, distinct) = measure(plan, chains, per_worker_ids, false);
-    let (dumpable, _, _) = measure(plan, chains, per_worker_ids, true);
+fn report(name: &str, plan: &[Vec<(usize, usize)>], chains: &[Chain], ids: Ids) {
+    let (bytes, memberships, distinct) = measure(plan, chains, ids, false);
+    let (dumpable, _, _) = measure(plan, chains, ids, true);
     let per_member = |bytes: usize| bytes as f64 / memberships.max(1) as f64;
     println!(
         "{name:<44} {memberships:>10} {distinct:>10} {:>12.1} {:>10.1} {:>12.1} {:>10.1}",
@@ -150,14 +157,36 @@ fn main() {
             &format!("64 workers, shared, pool of {pool} contexts"),
             &plan,
             &shared,
-            false,
+            Ids::Shared,
         );
-        report("  same, per-worker engine ids", &plan, &shared, true);
+        report(
+            "  same, per-worker engine ids",
+            &plan,
+            &shared,
+            Ids::PerWorker,
+        );
+        report(
+            "  same, sequence hashes as ids",
+            &plan,
+            &shared,
+            Ids::Sequence,
+        );
     }
     // No sharing: every worker caches its own 32 contexts fully (1,048,576 memberships).
     let unique = chains(64 * 32, blocks, &mut rng);
     let plan: Vec<Vec<(usize, usize)>> = (0..WORKERS as usize)
         .map(|w| (0..32).map(|k| (w * 32 + k, blocks)).collect())
         .collect();
-    report("64 workers, no sharing (worst case)", &plan, &unique, false);
+    report(
+        "64 workers, no sharing (worst case)",
+        &plan,
+        &unique,
+        Ids::Shared,
+    );
+    report(
+        "  same, sequence hashes as ids",
+        &plan,
+        &unique,
+        Ids::Sequence,
+    );
 }
