@@ -212,7 +212,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
             5 => (0u8..8).prop_map(Some),
             1 => Just(Some(u8::MAX)),
         ],
-        0u8..5,
+        0u8..6,
     )
         .prop_map(|(letters, parent, engine_mode)| Action::Store {
             letters,
@@ -292,13 +292,16 @@ fn resolve(model: &Model, worker: WorkerId, action: &Action) -> KvCacheEventData
                     // Mode 0: engines agree (engine = f(seq)); 1: per-worker ids; 2: small
                     // reused ids; 3: the sequence hash itself (self-named blocks); 4: the
                     // sequence hash of a root block, which names that block when it is one
-                    // and is another block's sequence hash otherwise.
+                    // and is another block's sequence hash otherwise; 5: self-named blocks
+                    // after the first, which is not.
                     let engine = match engine_mode {
                         0 => seq.0 ^ 0x5555,
                         1 => seq.0.wrapping_mul(7) ^ worker.worker_id,
                         2 => k as u64 % 4,
                         3 => seq.0,
-                        _ => seq_path(&[*letter])[0].0,
+                        4 => seq_path(&[*letter])[0].0,
+                        _ if k > 0 => seq.0,
+                        _ => seq.0 ^ 0x5555,
                     };
                     (EngineBlockHash(engine), local(*letter))
                 })

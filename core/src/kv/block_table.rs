@@ -28,10 +28,15 @@ pub(crate) struct BlockTable {
 }
 
 /// Where [`BlockTable::find_or_vacancy`] found a key absent: the empty slot ending its probe
-/// (`None` in a table with no entries, where [`BlockTable::fill`] places the entry itself).
+/// (`None` in a table with no slots yet, where [`BlockTable::fill`] places the entry itself).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Vacancy {
     at: Option<usize>,
+}
+
+impl Vacancy {
+    /// A vacancy no probe found: [`BlockTable::fill`] places the entry itself.
+    pub(crate) const UNPROBED: Vacancy = Vacancy { at: None };
 }
 
 /// The hash the table files `key` under.
@@ -122,10 +127,6 @@ impl BlockTable {
         hash: u64,
         mut is_key: impl FnMut(u32) -> bool,
     ) -> Result<u32, Vacancy> {
-        if self.len == 0 {
-            // Nothing to find, and no slot worth reading (an insert places the entry).
-            return Err(Vacancy { at: None });
-        }
         let tag = hash & TAG;
         let mut at = self.home(hash);
         loop {
@@ -144,7 +145,9 @@ impl BlockTable {
 
     /// Files `block` under `hash` at `vacancy`, which [`BlockTable::find_or_vacancy`] returned
     /// for `hash` with no change to the table since (the table grows first when it must, and
-    /// then places the entry as [`BlockTable::insert`] does).
+    /// then places the entry as [`BlockTable::insert`] does). Always inlined: the store's fast
+    /// path calls it for every new block.
+    #[inline(always)]
     pub(crate) fn fill(&mut self, vacancy: Vacancy, hash: u64, block: u32) {
         match vacancy.at {
             Some(at) if (self.len + 1) * 8 <= self.slots.len() * 7 => {

@@ -84,12 +84,20 @@ impl KvIndex {
             Ok(block) => return Ok(block),
             Err(vacancy) => vacancy,
         };
+        if self.self_named == 0 {
+            return Err(vacancy);
+        }
         self.self_named_block(engine).ok_or(vacancy)
     }
 
-    /// The block `by_engine` files under `engine`, or where it would file it.
+    /// The block `by_engine` files under `engine`, or where it would file it (without reading
+    /// a slot while it files nothing, as while every block is self-named, even when it was
+    /// sized up front).
     #[inline]
     fn filed_block_or_vacancy(&self, engine: u64) -> Result<u32, Vacancy> {
+        if self.by_engine.len() == 0 {
+            return Err(Vacancy::UNPROBED);
+        }
         let blocks = &self.blocks;
         self.by_engine
             .find_or_vacancy(key_hash(engine), |block| blocks.get(block).engine == engine)
@@ -101,8 +109,10 @@ impl KvIndex {
         self.filed_block_or_vacancy(engine).is_ok()
     }
 
-    /// The live self-named block whose sequence (and engine) hash is `engine`.
-    #[inline]
+    /// The live self-named block whose sequence (and engine) hash is `engine`. Kept out of
+    /// line, so that [`KvIndex::canonical_block_or_vacancy`] stays small enough to be inlined
+    /// into the store's fast path.
+    #[inline(never)]
     fn self_named_block(&self, engine: u64) -> Option<u32> {
         if self.self_named == 0 {
             return None;

@@ -221,7 +221,6 @@ impl KvIndex {
                 }
             }
         };
-        let (group, _) = split(slot);
         // Every sequence hash first (a chain of cheap hashes), so the table slots of a block
         // some blocks ahead can be prefetched while this one is stored.
         let mut seqs = std::mem::take(&mut self.store_seqs);
@@ -232,39 +231,19 @@ impl KvIndex {
             chain = Some(seq);
             seq.0
         }));
-        // The slab entry after the previous block's (the parent's, for the first): where a
-        // chain's next block usually is.
-        let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
-        // Whether the previous block missed its guess (a new block, or one stored elsewhere):
-        // then the next ones likely miss too, and their table slots are worth prefetching.
-        let mut probing = true;
-        let mut previous = parent.map(|(_, seq)| seq.0);
-        // The first blocks' slots now: the loop prefetches each block `STORE_AHEAD` ahead.
-        for (block, &seq) in store.blocks.iter().zip(&seqs).take(STORE_AHEAD) {
-            self.prefetch_slots(block.block_hash.0, seq);
-        }
-        for (n, (block, &seq)) in store.blocks.iter().zip(&seqs).enumerate() {
-            let origin = Origin::new(block.tokens_hash, previous);
-            previous = Some(seq);
-            if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
-                self.prefetch_slots(later.block_hash.0, seqs[n + STORE_AHEAD]);
-            }
-            // A store may add an override, after which the fast path no longer applies.
-            let plain = group == 0
-                && self
-                    .slot_state(slot)
-                    .is_some_and(|state| state.overrides == 0);
-            let stored = plain
-                .then(|| self.store_on_fast_path(slot, block.block_hash.0, seq, origin, guess))
-                .flatten();
-            (guess, probing) = match stored {
-                Some((stored, guessed)) => (stored.wrapping_add(1), !guessed),
-                None => {
-                    self.store(slot, block.block_hash.0, seq, origin);
-                    (u32::MAX, true)
-                }
-            };
-        }
+        // An engine that names blocks by sequence hash names every block so: a store whose
+        // first block is self-named takes a loop whose fast path probes `by_seq` alone (a block
+        // in it that is not self-named takes the general path).
+        let self_named = store
+            .blocks
+            .first()
+            .zip(seqs.first())
+            .is_some_and(|(block, &seq)| block.block_hash.0 == seq);
+        let guess = if self_named {
+            self.store_blocks::<true>(slot, store, &seqs, parent)
+        } else {
+            self.store_blocks::<false>(slot, store, &seqs, parent)
+        };
         if let Some(state) = self.slot_state_mut(slot) {
             // `guess` follows the last block stored on the fast path (`u32::MAX` otherwise).
             state.last_stored = if guess == u32::MAX {
@@ -278,12 +257,70 @@ impl KvIndex {
         EventOutcome::Applied
     }
 
+    /// Stores the blocks of `store`, whose sequence hashes are `seqs`, after `parent` (its slab
+    /// index and sequence hash; `None` at the root), for the worker in `slot`. `SELF_NAMED`
+    /// says that the store's first block is self-named, and so most likely all of them (the
+    /// loop is compiled once for each case, so that stores of blocks with ids of the engine's
+    /// own pay nothing for self-named ones). Returns the slab entry after the last block stored
+    /// on the fast path (`u32::MAX` if the last took the general path).
+    fn store_blocks<const SELF_NAMED: bool>(
+        &mut self,
+        slot: u32,
+        store: &KvCacheStoreData,
+        seqs: &[u64],
+        parent: Option<(u32, SequenceHash)>,
+    ) -> u32 {
+        let (group, _) = split(slot);
+        // The slab entry after the previous block's (the parent's, for the first): where a
+        // chain's next block usually is.
+        let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
+        // Whether the previous block missed its guess (a new block, or one stored elsewhere):
+        // then the next ones likely miss too, and their table slots are worth prefetching.
+        let mut probing = true;
+        let mut previous = parent.map(|(_, seq)| seq.0);
+        // The first blocks' slots now: the loop prefetches each block `STORE_AHEAD` ahead.
+        for (block, &seq) in store.blocks.iter().zip(seqs).take(STORE_AHEAD) {
+            self.prefetch_slots::<SELF_NAMED>(block.block_hash.0, seq);
+        }
+        for (n, (block, &seq)) in store.blocks.iter().zip(seqs).enumerate() {
+            let origin = Origin::new(block.tokens_hash, previous);
+            previous = Some(seq);
+            if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
+                self.prefetch_slots::<SELF_NAMED>(later.block_hash.0, seqs[n + STORE_AHEAD]);
+            }
+            // A store may add an override, after which the fast path no longer applies.
+            let plain = group == 0
+                && self
+                    .slot_state(slot)
+                    .is_some_and(|state| state.overrides == 0);
+            let stored = plain
+                .then(|| {
+                    self.store_on_fast_path::<SELF_NAMED>(
+                        slot,
+                        block.block_hash.0,
+                        seq,
+                        origin,
+                        guess,
+                    )
+                })
+                .flatten();
+            (guess, probing) = match stored {
+                Some((stored, guessed)) => (stored.wrapping_add(1), !guessed),
+                None => {
+                    self.store(slot, block.block_hash.0, seq, origin);
+                    (u32::MAX, true)
+                }
+            };
+        }
+        guess
+    }
+
     /// Hints the CPU to load the table slots a store of the block with engine hash `engine`
     /// and sequence hash `seq` probes (`by_seq` alone for a self-named block while
     /// `by_engine` files nothing).
     #[inline]
-    fn prefetch_slots(&self, engine: u64, seq: u64) {
-        if engine != seq || self.by_engine.len() > 0 {
+    fn prefetch_slots<const SELF_NAMED: bool>(&self, engine: u64, seq: u64) {
+        if !SELF_NAMED || self.by_engine.len() > 0 {
             self.by_engine.prefetch(key_hash(engine));
         }
         self.by_seq.prefetch(key_hash(seq));
@@ -359,9 +396,10 @@ impl KvIndex {
     /// others hold under the same engine id, or a new block with a new engine id. `guess` is
     /// the slab entry to try first for the block (the one after the previous block's: a chain
     /// others stored sits in consecutive entries), which spares the `by_engine` probe when it
-    /// is right. Returns the stored block and whether the guess was it, or `None` when the
-    /// general path must decide.
-    fn store_on_fast_path(
+    /// is right. In a store whose blocks are self-named (`SELF_NAMED`), a block the guess
+    /// misses takes [`KvIndex::store_self_named_on_fast_path`]. Returns the stored block and
+    /// whether the guess was it, or `None` when the general path must decide.
+    fn store_on_fast_path<const SELF_NAMED: bool>(
         &mut self,
         slot: u32,
         engine: u64,
@@ -377,7 +415,10 @@ impl KvIndex {
         };
         let canonical = if guessed {
             Ok(guess)
-        } else if engine == seq {
+        } else if SELF_NAMED {
+            if engine != seq {
+                return None;
+            }
             return self.store_self_named_on_fast_path(slot, seq, origin);
         } else {
             self.canonical_block_or_vacancy(engine)
@@ -395,6 +436,11 @@ impl KvIndex {
                 block
             }
             Err(engine_vacancy) => {
+                if engine == seq {
+                    // A new self-named block in a store of other blocks: the general path
+                    // leaves it out of `by_engine`.
+                    return None;
+                }
                 // Both probes ended at the empty slots the new block's entries go to.
                 let seq_vacancy = self.find_block_or_vacancy(seq).err()?;
                 let block = self.alloc_block_at(seq, engine, bit, origin, Some(seq_vacancy));
