@@ -150,3 +150,28 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{BlockIds, Rng};
+    use std::collections::HashSet;
+
+    #[test]
+    fn own_block_ids_are_distinct_and_never_the_sequence_hash() {
+        let mut rng = Rng(3);
+        let seqs: Vec<u64> = (0..100_000)
+            .map(|_| rng.next_u64())
+            .chain([0, 1, u64::MAX])
+            .collect();
+        let ids: HashSet<u64> = seqs.iter().map(|seq| BlockIds::Own.id(*seq)).collect();
+        assert_eq!(ids.len(), seqs.len(), "two blocks got one id");
+        for seq in &seqs {
+            assert_ne!(
+                BlockIds::Own.id(*seq),
+                *seq,
+                "block {seq:#x} is named by its hash"
+            );
+            assert_eq!(BlockIds::Sequence.id(*seq), *seq);
+        }
+    }
+}
