@@ -28,7 +28,8 @@ pub(crate) struct BlockTable {
 }
 
 /// Where [`BlockTable::find_or_vacancy`] found a key absent: the empty slot ending its probe
-/// (`None` in a table with no slots yet, where [`BlockTable::fill`] places the entry itself).
+/// (`None` in a table with no slots yet, or [`Vacancy::UNPROBED`] when no probe ran; then
+/// [`BlockTable::fill`] places the entry itself).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Vacancy {
     at: Option<usize>,

@@ -84,9 +84,6 @@ impl KvIndex {
             Ok(block) => return Ok(block),
             Err(vacancy) => vacancy,
         };
-        if self.self_named == 0 {
-            return Err(vacancy);
-        }
         self.self_named_block(engine).ok_or(vacancy)
     }
 
@@ -109,14 +106,21 @@ impl KvIndex {
         self.filed_block_or_vacancy(engine).is_ok()
     }
 
-    /// The live self-named block whose sequence (and engine) hash is `engine`. Kept out of
-    /// line, so that [`KvIndex::canonical_block_or_vacancy`] stays small enough to be inlined
-    /// into the store's fast path.
-    #[inline(never)]
+    /// The live self-named block whose sequence (and engine) hash is `engine`, looked up only
+    /// while the index holds self-named blocks.
+    #[inline]
     fn self_named_block(&self, engine: u64) -> Option<u32> {
         if self.self_named == 0 {
             return None;
         }
+        self.find_self_named(engine)
+    }
+
+    /// [`KvIndex::self_named_block`]'s probe, whatever the count says. Kept out of line, so
+    /// that [`KvIndex::canonical_block_or_vacancy`] stays small enough to be inlined into the
+    /// store's fast path.
+    #[inline(never)]
+    fn find_self_named(&self, engine: u64) -> Option<u32> {
         self.find_block(engine)
             .filter(|&block| self.blocks.get(block).engine == engine)
     }
@@ -450,10 +454,8 @@ impl KvIndex {
                     return Err(format!("self-named block {index} is filed in by_engine"));
                 }
             }
-            let owner = filed.or_else(|| {
-                self.find_block(block.engine)
-                    .filter(|&named| self.blocks.get(named).engine == block.engine)
-            });
+            // Not `canonical_block`: it trusts the self-named count this recount checks.
+            let owner = filed.or_else(|| self.find_self_named(block.engine));
             if owner != Some(index) {
                 unowned += 1;
             }
