@@ -14,6 +14,7 @@ pub mod command;
 pub mod command_error;
 pub mod replay;
 pub mod serve;
+pub mod serve_gateway;
 pub mod serve_replicas;
 
 use clap::Parser;

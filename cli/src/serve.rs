@@ -1,6 +1,7 @@
 //! `kv-router serve [--config FILE] [--host 127.0.0.1] [--port 8092] [--simulate N]`: the router
 //! as an HTTP service with upstream's selection-service routes, fed by the engines' ZMQ KV
-//! events; `--simulate N` starts N simulated engines in the same process.
+//! events; `--simulate N` starts N simulated engines in the same process; `--gateway` adds the
+//! OpenAI-compatible routes (see `serve_gateway`).
 
 use crate::command_error::CommandError;
 use clap::Args;
@@ -67,6 +68,34 @@ pub struct ServeArgs {
     /// Seconds between snapshot writes.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub snapshot_interval: u64,
+    /// Serve the OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`,
+    /// `/v1/models`): tokenize, book the best worker, forward with its hint, stream back.
+    #[arg(long)]
+    pub gateway: bool,
+    /// A model the gateway serves (repeatable): NAME is what clients send as `model` and the
+    /// `model_name` its workers register with; PATH is its local directory holding
+    /// tokenizer.json (and tokenizer_config.json with its chat_template).
+    #[arg(long = "model", value_name = "NAME=PATH")]
+    pub models: Vec<String>,
+    /// A worker of a static fleet (repeatable): its OpenAI base URL, then `POST /workers`
+    /// fields, e.g. `http://10.0.0.5:8000,kv_events_endpoint=tcp://10.0.0.5:5557`.
+    #[arg(long = "worker", value_name = "URL[,FIELD=VALUE...]")]
+    pub workers: Vec<String>,
+    /// Where a booked worker reads its hint envelope: `body` (vLLM's
+    /// `kv_transfer_params.kv_hint`) or `header` (`x-dynamo-kv-hint`, for SGLang).
+    #[arg(long, value_name = "WHERE", default_value = "body", value_parser = crate::serve_gateway::parse_hint_delivery)]
+    pub hint_delivery: kv_router_service::gateway::hint_delivery::HintDelivery,
+    /// Re-bookings on another worker after a worker fails before its first byte.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub max_retries: usize,
+    /// Seconds a worker may take to send the first byte of its answer before the request is
+    /// re-booked elsewhere.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub worker_timeout_secs: u64,
+    /// The context limit in tokens for every served model, instead of its tokenizer's
+    /// `model_max_length`.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_model_len: Option<usize>,
 }
 
 /// Runs `kv-router serve` until Ctrl-C.
@@ -76,6 +105,11 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let setup = load_setup(args, registry)?;
+    if !args.workers.is_empty() && args.simulate.is_some() {
+        return Err(serve_error(
+            "--worker and --simulate both name the fleet; give one of them".to_owned(),
+        ));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -111,6 +145,8 @@ async fn serve(
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let block_size = setup.block_size;
+    let gateway = crate::serve_gateway::GatewaySetup::from_args(args)?;
+    let static_workers = crate::serve_gateway::static_workers(args, block_size)?;
     let ingress: Arc<dyn KvEventIngress> = if args.no_kv_events {
         Arc::new(NoIngress)
     } else {
@@ -129,7 +165,7 @@ async fn serve(
         host: args.host.clone(),
         port: args.port,
     };
-    let bound = BoundService::bind(Arc::clone(&service), &options)
+    let mut bound = BoundService::bind(Arc::clone(&service), &options)
         .await
         .map_err(|error| {
             serve_error(format!(
@@ -141,6 +177,16 @@ async fn serve(
         .local_addr()
         .map_err(|error| serve_error(error.to_string()))?;
     writeln!(out, "kv-router serving on http://{address}")?;
+    if let Some(gateway) = gateway {
+        let gateway = gateway.start(&service);
+        writeln!(
+            out,
+            "OpenAI gateway on http://{address}/v1 serving: {}",
+            gateway.model_names().join(", ")
+        )?;
+        bound = bound.with_gateway(gateway);
+    }
+    crate::serve_gateway::register_static_workers(&service, static_workers, out)?;
     let _engines = match args.simulate {
         Some(engines) => {
             let simulation = SimulationOptions {

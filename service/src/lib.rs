@@ -13,6 +13,7 @@ pub mod engine_publisher;
 pub mod error;
 pub mod event_conversion;
 pub mod event_transport;
+pub mod gateway;
 pub mod http;
 pub mod ingest_stats;
 pub mod ingress;

@@ -198,6 +198,9 @@ impl SelectionService {
         if let Some(replica) = self.replica.get() {
             out.push_str(&replica.prometheus_text());
         }
+        for source in self.metric_sources.read().iter() {
+            out.push_str(&source.prometheus_text());
+        }
         out
     }
 }

@@ -34,6 +34,14 @@ pub struct SelectionService {
     pub(crate) observer: Option<Arc<dyn BookingObserver>>,
     /// The replica layer, when this service is one of several replicas.
     pub(crate) replica: std::sync::OnceLock<Arc<dyn crate::replica::ReplicaHook>>,
+    /// Other layers reporting on `/metrics` (the OpenAI gateway).
+    pub(crate) metric_sources: RwLock<Vec<Arc<dyn MetricsSource>>>,
+}
+
+/// A layer over the service that adds its own samples to `GET /metrics`.
+pub trait MetricsSource: Send + Sync {
+    /// Its samples, in Prometheus text format, `HELP`/`TYPE` lines included.
+    fn prometheus_text(&self) -> String;
 }
 
 /// A booking as `/select_and_reserve` made it, for in-process observers (the simulated
@@ -75,7 +83,13 @@ impl SelectionService {
             pending: Mutex::new(PendingSelections::default()),
             observer: None,
             replica: std::sync::OnceLock::new(),
+            metric_sources: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Adds `source`'s samples to `GET /metrics`.
+    pub fn add_metrics_source(&self, source: Arc<dyn MetricsSource>) {
+        self.metric_sources.write().push(source);
     }
 
     /// The same service telling `observer` of every booking.

@@ -1,7 +1,9 @@
 //! Running the service: bind, serve until shut down.
 
+use crate::gateway::Gateway;
 use crate::http::router;
 use crate::selection_service::SelectionService;
+use axum::serve::ListenerExt as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +31,7 @@ impl Default for ServeOptions {
 pub struct BoundService {
     listener: TcpListener,
     service: Arc<SelectionService>,
+    gateway: Option<Arc<Gateway>>,
 }
 
 impl BoundService {
@@ -38,7 +41,17 @@ impl BoundService {
         options: &ServeOptions,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
-        Ok(Self { listener, service })
+        Ok(Self {
+            listener,
+            service,
+            gateway: None,
+        })
+    }
+
+    /// Serves `gateway`'s OpenAI routes beside the selection API.
+    pub fn with_gateway(mut self, gateway: Arc<Gateway>) -> Self {
+        self.gateway = Some(gateway);
+        self
     }
 
     /// The address it listens on.
@@ -51,7 +64,15 @@ impl BoundService {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(self.listener, router(self.service))
+        let mut routes = router(self.service);
+        if let Some(gateway) = self.gateway {
+            routes = routes.merge(crate::gateway::routes(gateway));
+        }
+        // Small writes (an SSE chunk per token) go out at once, not after Nagle's wait.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, routes)
             .with_graceful_shutdown(shutdown)
             .await
     }

@@ -21,7 +21,8 @@ pub(crate) fn default_model_name() -> String {
     DEFAULT_MODEL_NAME.to_owned()
 }
 
-pub(crate) fn default_routing_group() -> String {
+/// The routing group of a worker or request that names none (`default`).
+pub fn default_routing_group() -> String {
     DEFAULT_ROUTING_GROUP.to_owned()
 }
 
