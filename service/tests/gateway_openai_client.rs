@@ -314,7 +314,10 @@ async fn the_official_client_is_routed_by_cached_prefix_with_hints() {
             }
         }
     }
-    eprintln!("{TEST}: {hits}/8 sequential requests hit the prefix on engine {}; {hinted} kv.fetch hints away from it", home + 1);
+    eprintln!(
+        "{TEST}: {hits}/8 sequential requests hit the prefix on engine {}; {hinted} kv.fetch hints away from it",
+        home + 1
+    );
     assert!(
         hinted > 0,
         "no engine away from the prefix got a kv.fetch hint"
@@ -361,6 +364,9 @@ async fn the_official_client_is_routed_by_cached_prefix_with_hints() {
         .lines()
         .find_map(|line| line.strip_prefix(retries.as_str())?.parse().ok())
         .unwrap_or(0);
-    assert!(retried > 0, "requests booked on the killed engine were re-booked: {metrics}");
+    assert!(
+        retried > 0,
+        "requests booked on the killed engine were re-booked: {metrics}"
+    );
     assert_eq!(gateway.settle().await, 0, "bookings left after the kill");
 }
