@@ -89,8 +89,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub max_retries: usize,
     /// Seconds a worker may take to send the first byte of its answer before the request is
-    /// re-booked elsewhere.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    /// re-booked elsewhere (the first streamed token; for a request that is not streamed, the
+    /// whole answer).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub worker_timeout_secs: u64,
     /// The context limit in tokens for every served model, instead of its tokenizer's
     /// `model_max_length`.

@@ -79,7 +79,7 @@ impl Default for GatewayOptions {
         Self {
             max_retries: 2,
             connect_timeout: Duration::from_secs(2),
-            first_byte_timeout: Duration::from_secs(120),
+            first_byte_timeout: Duration::from_secs(300),
             probe_interval: Duration::from_millis(250),
             probe_timeout: Duration::from_secs(2),
             breaker: BreakerOptions::default(),
