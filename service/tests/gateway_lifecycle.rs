@@ -179,8 +179,11 @@ async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
     let hanging = FakeEngine::start(3, Duration::from_millis(1)).await;
     let good = FakeEngine::start(4, Duration::from_millis(1)).await;
     refusing.stop();
+    // Down for good until told otherwise: their health probes fail too.
     failing.set_mode(Mode::ServerError);
+    failing.set_healthy(false);
     hanging.set_mode(Mode::Hang);
+    hanging.set_healthy(false);
     for (id, engine) in [(1, &refusing), (2, &failing), (3, &hanging), (4, &good)] {
         gateway.register(id, &engine.endpoint());
     }
@@ -217,6 +220,7 @@ async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
     assert!(metrics.contains("kv_router_gateway_worker_unhealthy{worker_id=\"4\"} 0"));
     // Its probe passes once the worker recovers, and it is booked again.
     failing.set_mode(Mode::Normal);
+    failing.set_healthy(true);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while gateway.gateway.health().is_open(2) && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -8,7 +8,7 @@
 use super::booking_guard::BookingGuard;
 use super::gateway_metrics::WorkerCounters;
 use super::openai_error::OpenAiError;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
@@ -31,6 +31,8 @@ pub struct RelayAccounting {
 /// The client's view of the worker's answer.
 pub struct RelayedBody {
     first: Option<Frame<Bytes>>,
+    /// A frame (or error) read while coalescing, sent next.
+    stashed: Option<Result<Frame<Bytes>, hyper::Error>>,
     upstream: Option<Incoming>,
     accounting: Option<RelayAccounting>,
     stream: bool,
@@ -47,6 +49,7 @@ impl RelayedBody {
     ) -> Self {
         Self {
             first,
+            stashed: None,
             upstream: Some(upstream),
             accounting: Some(accounting),
             stream,
@@ -81,6 +84,77 @@ impl Drop for RelayedBody {
     }
 }
 
+/// Frames already waiting are sent as one: a token stream's events that arrived together
+/// cost one write, not one each. Never more than this many bytes at once.
+const COALESCE_LIMIT: usize = 64 * 1024;
+
+impl RelayedBody {
+    /// The next frame from upstream, or the one put back by the last coalescing.
+    fn poll_upstream(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(stashed) = self.stashed.take() {
+            return Poll::Ready(Some(stashed));
+        }
+        match self.upstream.as_mut() {
+            Some(upstream) => Pin::new(upstream).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    /// `first` and every data frame already waiting behind it, as one frame.
+    fn coalesce(&mut self, first: Bytes, cx: &mut Context<'_>) -> Frame<Bytes> {
+        let mut joined: Option<BytesMut> = None;
+        loop {
+            let len = joined.as_ref().map_or(first.len(), BytesMut::len);
+            if len >= COALESCE_LIMIT || self.upstream.is_none() {
+                break;
+            }
+            match self.poll_upstream(cx) {
+                Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
+                    let Ok(data) = frame.into_data() else { break };
+                    joined
+                        .get_or_insert_with(|| BytesMut::from(first.as_ref()))
+                        .extend_from_slice(&data);
+                }
+                Poll::Ready(Some(other)) => {
+                    self.stashed = Some(other);
+                    break;
+                }
+                Poll::Ready(None) => {
+                    self.finish();
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        Frame::data(joined.map_or(first, BytesMut::freeze))
+    }
+
+    /// Accounts for an upstream failure; the stream's closing error event, if it is one.
+    fn failed(&mut self, error: hyper::Error) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+        let worker_id = self.accounting.as_ref().map_or(0, |a| a.worker_id);
+        if let Some(accounting) = &self.accounting {
+            accounting
+                .counters
+                .stream_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        tracing::warn!(worker_id, %error, "the worker's answer failed after bytes reached the client");
+        self.finish();
+        if self.stream {
+            let event = OpenAiError::bad_gateway(format!(
+                "worker {worker_id} failed mid-stream ({error}); the answer is incomplete"
+            ))
+            .to_sse_event();
+            Some(Ok(Frame::data(Bytes::from(event))))
+        } else {
+            Some(Err(error))
+        }
+    }
+}
+
 impl Body for RelayedBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -96,12 +170,16 @@ impl Body for RelayedBody {
             }
             return Poll::Ready(Some(Ok(frame)));
         }
-        let Some(upstream) = this.upstream.as_mut() else {
+        if this.upstream.is_none() && this.stashed.is_none() {
             return Poll::Ready(None);
-        };
-        match Pin::new(upstream).poll_frame(cx) {
+        }
+        match this.poll_upstream(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_data() {
+                    Ok(data) => this.coalesce(data, cx),
+                    Err(frame) => frame,
+                };
                 // hyper stops polling a body that says it ended: account for it now.
                 if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
                     this.finish();
@@ -112,31 +190,14 @@ impl Body for RelayedBody {
                 this.finish();
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(error))) => {
-                let worker_id = this.accounting.as_ref().map_or(0, |a| a.worker_id);
-                if let Some(accounting) = &this.accounting {
-                    accounting
-                        .counters
-                        .stream_errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                tracing::warn!(worker_id, %error, "the worker's answer failed after bytes reached the client");
-                this.finish();
-                if this.stream {
-                    let event = OpenAiError::bad_gateway(format!(
-                        "worker {worker_id} failed mid-stream ({error}); the answer is incomplete"
-                    ))
-                    .to_sse_event();
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
-                } else {
-                    Poll::Ready(Some(Err(error)))
-                }
-            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(this.failed(error)),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.upstream.as_ref().is_none_or(Body::is_end_stream)
+        self.first.is_none()
+            && self.stashed.is_none()
+            && self.upstream.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
