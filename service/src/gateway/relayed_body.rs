@@ -33,14 +33,6 @@ pub struct RelayedBody {
     first: Option<Frame<Bytes>>,
     /// A frame (or error) read while coalescing, sent next.
     stashed: Option<Result<Frame<Bytes>, hyper::Error>>,
-    /// Data read but not yet sent, waiting for more to join it.
-    held: BytesMut,
-    /// A turn given to the scheduler so that the worker's connection decodes more.
-    pause: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-    /// Pauses taken for what is held.
-    pauses: u32,
-    /// How much was held at the last pause.
-    held_at_pause: usize,
     upstream: Option<Incoming>,
     accounting: Option<RelayAccounting>,
     stream: bool,
@@ -58,10 +50,6 @@ impl RelayedBody {
         Self {
             first,
             stashed: None,
-            held: BytesMut::new(),
-            pause: None,
-            pauses: 0,
-            held_at_pause: 0,
             upstream: Some(upstream),
             accounting: Some(accounting),
             stream,
@@ -100,11 +88,6 @@ impl Drop for RelayedBody {
 /// cost one write, not one each. Never more than this many bytes at once.
 const COALESCE_LIMIT: usize = 64 * 1024;
 
-/// The most scheduler turns one write waits for more frames (each only while the last one
-/// brought more). hyper hands over the worker's body one chunk per turn, so without a
-/// pause nothing is ever waiting; a pause costs a turn of the scheduler, microseconds.
-const MAX_PAUSES: u32 = 32;
-
 impl RelayedBody {
     /// The next frame from upstream, or the one put back by the last coalescing.
     fn poll_upstream(
@@ -120,23 +103,33 @@ impl RelayedBody {
         }
     }
 
-    /// The held bytes as one frame; `None` when nothing is held.
-    fn take_held(&mut self) -> Option<Result<Frame<Bytes>, hyper::Error>> {
-        self.pauses = 0;
-        (!self.held.is_empty()).then(|| Ok(Frame::data(self.held.split().freeze())))
-    }
-
-    /// Whether to let the worker's connection decode more before sending what is held: at
-    /// first, and again while the last pause brought more bytes, a bounded number of times.
-    fn pause_for_more(&mut self) -> bool {
-        let gained = self.held.len() > self.held_at_pause;
-        if self.pauses == 0 || (gained && self.pauses < MAX_PAUSES) {
-            self.pauses += 1;
-            self.held_at_pause = self.held.len();
-            self.pause = Some(Box::pin(tokio::task::yield_now()));
-            return true;
+    /// `first` and every data frame already waiting behind it, as one frame.
+    fn coalesce(&mut self, first: Bytes, cx: &mut Context<'_>) -> Frame<Bytes> {
+        let mut joined: Option<BytesMut> = None;
+        loop {
+            let len = joined.as_ref().map_or(first.len(), BytesMut::len);
+            if len >= COALESCE_LIMIT || self.upstream.is_none() {
+                break;
+            }
+            match self.poll_upstream(cx) {
+                Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
+                    let Ok(data) = frame.into_data() else { break };
+                    joined
+                        .get_or_insert_with(|| BytesMut::from(first.as_ref()))
+                        .extend_from_slice(&data);
+                }
+                Poll::Ready(Some(other)) => {
+                    self.stashed = Some(other);
+                    break;
+                }
+                Poll::Ready(None) => {
+                    self.finish();
+                    break;
+                }
+                Poll::Pending => break,
+            }
         }
-        false
+        Frame::data(joined.map_or(first, BytesMut::freeze))
     }
 
     /// Accounts for an upstream failure; the stream's closing error event, if it is one.
@@ -177,63 +170,33 @@ impl Body for RelayedBody {
             }
             return Poll::Ready(Some(Ok(frame)));
         }
-        loop {
-            if let Some(pause) = this.pause.as_mut() {
-                if pause.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.pause = None;
-            }
-            if this.upstream.is_none() && this.stashed.is_none() {
-                return Poll::Ready(this.take_held());
-            }
-            match this.poll_upstream(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        // hyper stops polling a body that says it ended: account for it now.
-                        if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
-                            this.finish();
-                        }
-                        this.held.extend_from_slice(&data);
-                        if this.held.len() >= COALESCE_LIMIT || this.upstream.is_none() {
-                            return Poll::Ready(this.take_held());
-                        }
-                    }
-                    Err(other) => {
-                        if this.held.is_empty() {
-                            return Poll::Ready(Some(Ok(other)));
-                        }
-                        this.stashed = Some(Ok(other));
-                        return Poll::Ready(this.take_held());
-                    }
-                },
-                Poll::Ready(None) => {
+        if this.upstream.is_none() && this.stashed.is_none() {
+            return Poll::Ready(None);
+        }
+        match this.poll_upstream(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_data() {
+                    Ok(data) => this.coalesce(data, cx),
+                    Err(frame) => frame,
+                };
+                // hyper stops polling a body that says it ended: account for it now.
+                if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
                     this.finish();
-                    return Poll::Ready(this.take_held());
                 }
-                Poll::Ready(Some(Err(error))) => {
-                    if this.held.is_empty() {
-                        return Poll::Ready(this.failed(error));
-                    }
-                    this.stashed = Some(Err(error));
-                    return Poll::Ready(this.take_held());
-                }
-                Poll::Pending => {
-                    if this.held.is_empty() {
-                        return Poll::Pending;
-                    }
-                    if !this.pause_for_more() {
-                        return Poll::Ready(this.take_held());
-                    }
-                }
+                Poll::Ready(Some(Ok(frame)))
             }
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(error))) => Poll::Ready(this.failed(error)),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         self.first.is_none()
             && self.stashed.is_none()
-            && self.held.is_empty()
             && self.upstream.as_ref().is_none_or(Body::is_end_stream)
     }
 
@@ -242,21 +205,17 @@ impl Body for RelayedBody {
             .upstream
             .as_ref()
             .map_or(SizeHint::with_exact(0), Body::size_hint);
-        let first = self
-            .first
-            .as_ref()
-            .and_then(Frame::data_ref)
-            .map_or(0, Bytes::len);
-        let stashed = match &self.stashed {
-            Some(Ok(frame)) => frame.data_ref().map_or(0, Bytes::len),
-            _ => 0,
-        };
-        let known = (first + self.held.len() + stashed) as u64;
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower() + known);
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper + known);
+        match self.first.as_ref().and_then(Frame::data_ref) {
+            Some(first) => {
+                let len = first.len() as u64;
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + len);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + len);
+                }
+                hint
+            }
+            None => rest,
         }
-        hint
     }
 }
