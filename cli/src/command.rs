@@ -26,5 +26,5 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Serve the router over HTTP (upstream's selection-service routes), fed by engines' ZMQ
     /// KV events.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }

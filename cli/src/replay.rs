@@ -60,6 +60,13 @@ pub struct ReplayArgs {
     /// With --replicas: a replica learns another's bookings this many bookings late.
     #[arg(long, value_name = "BOOKINGS", default_value_t = 0)]
     pub sync_lag: u64,
+    /// Also replay each configuration without KV events (upstream's `--no-kv-events`: the
+    /// router predicts caches from its bookings), in a column `NAME (no events)` beside it.
+    #[arg(long)]
+    pub no_kv_events: bool,
+    /// The prediction settings of --no-kv-events.
+    #[command(flatten)]
+    pub approximate: crate::approximate_args::ApproximateArgs,
 }
 
 /// Runs `kv-router replay`: loads the configurations and the workload, replays it, writes the
@@ -71,7 +78,7 @@ pub fn run(
 ) -> Result<(), CommandError> {
     let configs = configurations(args, registry)?;
     let (workload, bad_lines) = workload(args)?;
-    let comparison = compare(&workload.prepare(), bad_lines, &configs, &options(args))
+    let comparison = compare(&workload.prepare(), bad_lines, &configs, &options(args)?)
         .map_err(|e| failed(e.to_string()))?;
     write_comparison(args, &comparison, out)?;
     check_invariants(&comparison)
@@ -129,8 +136,17 @@ fn workload(args: &ReplayArgs) -> Result<(Workload, Vec<BadLine>), CommandError>
 }
 
 /// The simulated cluster and the replay's router options.
-fn options(args: &ReplayArgs) -> ReplayOptions {
-    ReplayOptions {
+fn options(args: &ReplayArgs) -> Result<ReplayOptions, CommandError> {
+    let without_events = if args.no_kv_events {
+        Some(
+            args.approximate
+                .config()
+                .map_err(|error| failed(error.to_string()))?,
+        )
+    } else {
+        None
+    };
+    Ok(ReplayOptions {
         cluster: ClusterConfig {
             workers_per_role: args.workers,
             kv_capacity_blocks: args.kv_blocks,
@@ -142,7 +158,8 @@ fn options(args: &ReplayArgs) -> ReplayOptions {
         router_seed: args.seed,
         replicas: args.replicas,
         sync_lag: args.sync_lag,
-    }
+        without_events,
+    })
 }
 
 /// Writes the comparison to `out` (a table, or JSON) and the HTML report, if asked for.
@@ -230,6 +247,15 @@ mod tests {
     }
 
     #[test]
+    fn no_kv_events_adds_a_column_without_events_per_configuration() {
+        let (code, out, err) = replay(&["--sessions", "20", "--workers", "2", "--no-kv-events"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("kvcr+kv_fetch (no events)"), "{out}");
+        assert!(out.contains("default-cost no-hints (no events)"), "{out}");
+        assert!(out.contains("off (ttl 120 s)"), "{out}");
+    }
+
+    #[test]
     fn bad_inputs_are_reported() {
         let (code, _, err) = replay(&["--trace", "/no/such/trace.jsonl"]);
         assert_eq!(code, 2);
@@ -240,5 +266,8 @@ mod tests {
         let (code, _, err) = replay(&["--sessions", "5", "--workers", "0"]);
         assert_eq!(code, 2);
         assert!(err.contains("workers_per_role"), "{err}");
+        let (code, _, err) = replay(&["--no-kv-events", "--router-prune-target-ratio", "2"]);
+        assert_eq!(code, 2);
+        assert!(err.contains("router_prune_target_ratio"), "{err}");
     }
 }

@@ -10,7 +10,9 @@
 //! [`plugins::name`] and by the attribute macros of `dynamo-kv-router-macros` at compile
 //! time). Inside it, each module imports only from the ones listed before it:
 //!
-//! 1. [`rng`]: SplitMix64, the seedable random source (no imports).
+//! 1. [`rng`]: SplitMix64, the seedable random source, and [`clock`]: the time readings of
+//!    what expires by the clock (predicted cache entries), monotonic or set by the caller (no
+//!    imports).
 //! 2. [`identity`] and [`block_identity`]: who caches (a worker and the role it serves) and
 //!    what is cached (the block identities of the KV events).
 //! 3. [`kv`]: KV events and where their blocks live, block hashing, and the index of which
@@ -34,6 +36,7 @@
 //! public API.
 
 pub mod block_identity;
+pub mod clock;
 pub mod config;
 pub mod identity;
 pub mod kv;

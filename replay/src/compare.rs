@@ -7,7 +7,9 @@ use crate::report::{Comparison, WorkloadInfo};
 use crate::simulation::{SimulationError, simulate, stages_for};
 use crate::summary::ConfigReport;
 use crate::trace::BadLine;
+use crate::without_events::WithoutEventsRouter;
 use crate::workload::PreparedWorkload;
+use dynamo_kv_router::kv::ApproximateConfig;
 use dynamo_kv_router::router::{Role, Router, RouterOptions, RouterSetup};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -34,6 +36,10 @@ pub struct ReplayOptions {
     pub replicas: usize,
     /// How many bookings later a replica learns of another's booking changes.
     pub sync_lag: u64,
+    /// Also replay each configuration without KV events (upstream's `--no-kv-events`), in a
+    /// column beside it named `NAME (no events)`: its router predicts caches from its bookings
+    /// as this says. `None` replays with events only.
+    pub without_events: Option<ApproximateConfig>,
 }
 
 /// A comparison that could not run.
@@ -45,6 +51,11 @@ pub enum ReplayError {
     /// A cluster parameter is invalid.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// Replicas share bookings, not predictions: the two modes do not combine.
+    #[error(
+        "--no-kv-events replays one router; drop --replicas (or set it to 1) to compare with and without events"
+    )]
+    WithoutEventsWithReplicas,
     /// A configuration could not be simulated.
     #[error("configuration `{config}`: {source}")]
     Simulation {
@@ -65,10 +76,24 @@ pub fn compare(
     if configs.is_empty() {
         return Err(ReplayError::NoConfigs);
     }
+    if options.without_events.is_some() && options.replicas > 1 {
+        return Err(ReplayError::WithoutEventsWithReplicas);
+    }
+    // Each configuration with events, then (when asked) without, side by side.
+    let runs: Vec<(&ReplayConfig, Option<ApproximateConfig>)> = configs
+        .iter()
+        .flat_map(|config| {
+            std::iter::once((config, None)).chain(
+                options
+                    .without_events
+                    .map(|approximate| (config, Some(approximate))),
+            )
+        })
+        .collect();
     let cluster = options.cluster.resolve(workload.block_size)?;
     let requests = workload.requests.len() as u64;
     let bar = if options.progress && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(requests * configs.len() as u64);
+        let bar = ProgressBar::new(requests * runs.len() as u64);
         if let Ok(style) = ProgressStyle::with_template(
             "{spinner} {msg:24} [{bar:40}] {pos}/{len} requests ({per_sec}, {eta})",
         ) {
@@ -78,9 +103,13 @@ pub fn compare(
     } else {
         ProgressBar::hidden()
     };
-    let mut reports = Vec::with_capacity(configs.len());
-    for config in configs {
-        bar.set_message(config.name.clone());
+    let mut reports = Vec::with_capacity(runs.len());
+    for (config, without_events) in runs {
+        let name = match without_events {
+            Some(_) => format!("{} (no events)", config.name),
+            None => config.name.clone(),
+        };
+        bar.set_message(name.clone());
         let mut setup = config.setup.clone();
         if setup.block_size != workload.block_size {
             tracing::info!(
@@ -98,7 +127,10 @@ pub fn compare(
             seed: options.router_seed,
             ..RouterOptions::default()
         };
-        let simulated = if options.replicas > 1 {
+        let simulated = if let Some(approximate) = without_events {
+            let router = WithoutEventsRouter::new(setup, router_options, approximate);
+            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+        } else if options.replicas > 1 {
             let router =
                 ReplicatedRouter::new(&setup, router_options, options.replicas, options.sync_lag);
             simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
@@ -107,14 +139,12 @@ pub fn compare(
             simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
         };
         let result = simulated.map_err(|source| ReplayError::Simulation {
-            config: config.name.clone(),
+            config: name.clone(),
             source,
         })?;
-        reports.push(ConfigReport::from_result(
-            &config.name,
-            &router_mode,
-            &result,
-        ));
+        let mut report = ConfigReport::from_result(&name, &router_mode, &result);
+        report.without_kv_events = without_events;
+        reports.push(report);
     }
     bar.finish_and_clear();
     let span_us = match (workload.requests.first(), workload.requests.last()) {

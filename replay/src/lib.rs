@@ -22,6 +22,7 @@ pub mod simulation;
 pub mod summary;
 pub mod synthetic;
 pub mod trace;
+pub mod without_events;
 pub mod workload;
 
 pub use builtin_config::{
@@ -37,4 +38,5 @@ pub use simulation::{SimulationError, simulate, stages_for};
 pub use summary::ConfigReport;
 pub use synthetic::SyntheticWorkload;
 pub use trace::{BadLine, LoadedTrace, TraceError, read_trace, read_trace_file};
+pub use without_events::WithoutEventsRouter;
 pub use workload::{PreparedWorkload, Workload, WorkloadRequest};

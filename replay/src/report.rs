@@ -70,6 +70,12 @@ impl Comparison {
             rows: Vec::new(),
         };
         rows.row("router mode", &|c| c.router_mode.clone());
+        if self.configs.iter().any(|c| c.without_kv_events.is_some()) {
+            rows.row("kv events", &|c| match &c.without_kv_events {
+                None => "on".to_owned(),
+                Some(config) => format!("off (ttl {} s)", config.ttl.as_secs_f64()),
+            });
+        }
         rows.row("requests served", &|c| {
             format!("{}/{}", c.served, c.requests)
         });

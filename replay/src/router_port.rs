@@ -20,6 +20,16 @@ pub trait RouterPort {
     fn release(&self, request_id: &str);
     /// How many leading blocks of `sequence_hashes` the router's view says `worker` caches.
     fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize;
+    /// The simulation's virtual time, `now_us` microseconds from its start, before each
+    /// booking: a router predicting caches without KV events expires its predictions by it.
+    fn set_time(&self, now_us: u64) {
+        let _ = now_us;
+    }
+    /// Whether the router's view is built from the workers' KV events (so it must match their
+    /// caches once every event is delivered); `false` for a router that predicts them.
+    fn receives_events(&self) -> bool {
+        true
+    }
 }
 
 impl RouterPort for Router {

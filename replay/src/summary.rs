@@ -6,7 +6,8 @@ pub use crate::hit_rate::HitRatePoint;
 use crate::hit_rate::hit_rate_over_time;
 use crate::invariants::Invariants;
 use crate::outcome::SimulationResult;
-use serde::Serialize;
+use dynamo_kv_router::kv::ApproximateConfig;
+use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
 /// Most points kept on the TTFT CDF.
 const CDF_POINTS: usize = 200;
@@ -141,6 +142,12 @@ pub struct ConfigReport {
     pub name: String,
     /// The router mode it runs.
     pub router_mode: String,
+    /// How its router predicted caches when it ran without KV events (`None`: with events).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "approximate_json"
+    )]
+    pub without_kv_events: Option<ApproximateConfig>,
     /// Requests in the workload.
     pub requests: usize,
     /// Requests served to the first token.
@@ -180,6 +187,7 @@ impl ConfigReport {
         Self {
             name: name.to_owned(),
             router_mode: router_mode.to_owned(),
+            without_kv_events: None,
             requests: result.requests.len(),
             served,
             book_failures: result.book_failures.clone(),
@@ -318,6 +326,26 @@ fn hints_and_router_cost(result: &SimulationResult) -> (HintSummary, RouterCost)
         wall_ms: wall_s * 1000.0,
     };
     (hints, router)
+}
+
+/// A prediction configuration in the JSON report, by upstream's setting names.
+fn approximate_json<S: Serializer>(
+    config: &Option<ApproximateConfig>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Settings {
+        router_ttl_secs: f64,
+        router_max_tree_size: usize,
+        router_prune_target_ratio: f64,
+    }
+    config
+        .map(|c| Settings {
+            router_ttl_secs: c.ttl.as_secs_f64(),
+            router_max_tree_size: c.max_tree_size,
+            router_prune_target_ratio: c.prune_target_ratio,
+        })
+        .serialize(serializer)
 }
 
 #[cfg(test)]

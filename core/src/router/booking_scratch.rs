@@ -17,6 +17,8 @@ pub(crate) struct BookingScratch {
     pub(crate) hashes: Vec<SequenceHash>,
     /// Each candidate's cached prefix length.
     pub(crate) lengths: Vec<usize>,
+    /// Each candidate's prefix counting predictions (only predicting alongside KV events).
+    pub(crate) merged_lengths: Vec<usize>,
     /// The canonical engine hash of each block below the longest cached prefix, and whether
     /// they are each candidate's own.
     pub(crate) engines: RecordedEngines,

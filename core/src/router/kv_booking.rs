@@ -39,6 +39,7 @@ impl Router {
         let BookingScratch {
             hashes,
             lengths,
+            merged_lengths,
             engines,
             candidates,
         } = &mut *scratch;
@@ -58,7 +59,10 @@ impl Router {
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
-        let overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
+        let mut overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
+        if let Some(side) = &state.side {
+            overlaps = overlaps.with_predictions(side.index(), merged_lengths);
+        }
         let candidates = candidates.refresh(
             workers,
             overlaps.cached_blocks(),

@@ -29,6 +29,7 @@ mod kv_booking;
 mod load;
 mod overlap_pass;
 mod peer_booking;
+mod prediction;
 pub mod request;
 pub use crate::setup;
 mod state_lock;
@@ -43,9 +44,10 @@ pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::SequenceHash;
+use crate::clock::{Clock, MonotonicClock};
 use crate::kv::{
-    BatchProgress, DumpError, IndexOptions, KvIndex, RouterEvent, WorkerIndexState,
-    sequence_hashes_for_request,
+    ApproximateConfig, BatchProgress, DumpError, IndexOptions, KvIndex, PredictedCache,
+    RouterEvent, WorkerIndexState, sequence_hashes_for_request,
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
@@ -75,7 +77,7 @@ enum BookingMode {
 }
 
 /// Run-time options of a [`Router`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RouterOptions {
     /// How long a booking holds load when the caller never releases it (default 10 minutes).
     pub booking_ttl: Duration,
@@ -85,6 +87,17 @@ pub struct RouterOptions {
     /// [`Router::export_events`] needs; off by default, as routing does not need it. The
     /// service, which serves dumps, snapshots and warm starts, always turns it on.
     pub index_lineage: bool,
+    /// Route without KV events (upstream's `--no-kv-events`): `Some` makes the router predict
+    /// each worker's cache from its own bookings, with this TTL and size limit (see
+    /// [`PredictedCache`]). `None` (the default) trusts the KV
+    /// events applied to it.
+    pub approximate: Option<ApproximateConfig>,
+    /// Predict alongside KV events (upstream's `router_predicted_ttl_secs`): `Some(ttl)` makes
+    /// a booked prompt's blocks count as cached on the booked worker for `ttl`, in a side index
+    /// of predictions kept apart from the event-driven one, until the engine's own events
+    /// arrive (see `prediction.rs`). `None` (the default) predicts nothing. Ignored when
+    /// [`RouterOptions::approximate`] is set (upstream refuses the combination).
+    pub predicted_ttl: Option<Duration>,
 }
 
 impl Default for RouterOptions {
@@ -93,6 +106,8 @@ impl Default for RouterOptions {
             booking_ttl: Duration::from_secs(600),
             seed: 0,
             index_lineage: false,
+            approximate: None,
+            predicted_ttl: None,
         }
     }
 }
@@ -118,6 +133,10 @@ pub enum RouterError {
 struct RouterState {
     workers: Workers,
     index: KvIndex,
+    /// The predictions' timers, when the router routes without KV events.
+    predicted: Option<PredictedCache>,
+    /// The predictions made alongside KV events ([`RouterOptions::predicted_ttl`]).
+    side: Option<prediction::SideIndex>,
 }
 
 /// Books requests on workers: KV index, selection policy, load reservation and hints.
@@ -136,11 +155,19 @@ pub struct Router {
     /// Each role's hint policies with their failure counters.
     role_hints: BTreeMap<Role, Vec<CountedHint>>,
     blind: BlindSelector,
+    /// What predicted cache entries expire by.
+    clock: Arc<dyn Clock>,
 }
 
 impl Router {
     /// A router running `setup`, with no workers yet.
     pub fn new(setup: RouterSetup, options: RouterOptions) -> Router {
+        Self::with_clock(setup, options, Arc::new(MonotonicClock::new()))
+    }
+
+    /// A router running `setup` whose predicted cache entries (routing without KV events,
+    /// [`RouterOptions::approximate`]) expire by `clock`: the replay passes its virtual time.
+    pub fn with_clock(setup: RouterSetup, options: RouterOptions, clock: Arc<dyn Clock>) -> Router {
         let role_hints = counted_hints(&setup);
         let chains = Arc::new(RwLock::new(ActiveChains::default()));
         Router {
@@ -152,6 +179,11 @@ impl Router {
                     lineage: options.index_lineage,
                     ..IndexOptions::default()
                 }),
+                predicted: options.approximate.map(PredictedCache::new),
+                side: options
+                    .predicted_ttl
+                    .filter(|_| options.approximate.is_none())
+                    .map(prediction::SideIndex::new),
             }),
             ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
             peer_ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
@@ -160,6 +192,7 @@ impl Router {
             metrics: RouterMetrics::default(),
             role_hints,
             blind: BlindSelector::new(options.seed),
+            clock,
         }
     }
 
@@ -181,6 +214,9 @@ impl Router {
             return Err(RouterError::AlreadyRegistered { worker: id });
         }
         state.index.add_worker(id);
+        if let Some(side) = state.side.as_mut() {
+            side.add_worker(id);
+        }
         tracing::info!(worker = %id, "worker registered");
         Ok(())
     }
@@ -193,6 +229,12 @@ impl Router {
             return Err(RouterError::UnknownWorker { worker: id });
         }
         state.index.remove_worker(id);
+        if let Some(predicted) = state.predicted.as_mut() {
+            predicted.forget_worker(id);
+        }
+        if let Some(side) = state.side.as_mut() {
+            side.remove_worker(id);
+        }
         tracing::info!(worker = %id, "worker deregistered");
         Ok(())
     }
@@ -221,7 +263,13 @@ impl Router {
     /// engine to replay from [`Router::replay_request`] and feed the replayed events here, in
     /// order; until then the worker is not trusted (it gets no cached prefix).
     pub fn apply_event(&self, event: &RouterEvent) -> EventOutcome {
-        let outcome = self.state.write().index.apply(event);
+        let mut state = self.state.write();
+        let outcome = if state.side.is_some() {
+            state.apply_superseding(event, |index| index.apply(event))
+        } else {
+            state.index.apply(event)
+        };
+        drop(state);
         if let EventOutcome::Ignored(reason) = outcome {
             tracing::debug!(worker = %event.worker(), event_id = event.event_id(), %reason, "KV event ignored");
         }
@@ -235,6 +283,10 @@ impl Router {
     pub fn apply_event_batch(&self, events: &[RouterEvent]) -> Vec<EventOutcome> {
         let mut outcomes = Vec::with_capacity(events.len());
         let mut progress = BatchProgress::default();
+        if self.options.predicted_ttl.is_some() && self.options.approximate.is_none() {
+            self.apply_event_batch_superseding(events, &mut progress, &mut outcomes);
+            return outcomes;
+        }
         let mut rest = events;
         while !rest.is_empty() {
             let applied = self.state.write().index.apply_batch_part(
@@ -294,8 +346,12 @@ impl Router {
         }
     }
 
-    /// The number of leading `sequence_hashes` that `worker` caches, per the index.
+    /// The number of leading `sequence_hashes` that `worker` caches, per the index (predictions
+    /// whose TTL ran out are removed first). Alongside KV events
+    /// ([`RouterOptions::predicted_ttl`]) this counts engine-reported blocks only; see
+    /// [`Router::predicted_prefix`] for the predictions.
     pub fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
+        self.expire_predictions();
         self.state
             .read()
             .index
@@ -306,9 +362,13 @@ impl Router {
     pub fn book(&self, request: &RouteRequest) -> Result<Booking, BookError> {
         let start = Instant::now();
         self.expire(start);
+        self.expire_predictions();
         let result = self.choose(request, start, BookingMode::Book);
         match &result {
-            Ok(booking) => self.metrics.count_booking(booking.stats.latency),
+            Ok(booking) => {
+                self.predict(request, booking.worker);
+                self.metrics.count_booking(booking.stats.latency);
+            }
             Err(error) => self.metrics.count_book_error(error.reason()),
         }
         result
@@ -318,6 +378,7 @@ impl Router {
     /// running hint policies: a query ("where would this go?"). Nothing changes and the
     /// booking metrics do not count it; the returned booking never carries a hint.
     pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
+        self.expire_predictions();
         self.choose(request, Instant::now(), BookingMode::Preview)
     }
 
@@ -366,6 +427,7 @@ impl Router {
     ) -> Result<Booking, BookError> {
         let start = Instant::now();
         self.expire(start);
+        self.expire_predictions();
         let block_size = self.setup.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
         let state = self.state.read();
@@ -393,7 +455,10 @@ impl Router {
                 sequence_hashes, ..
             } => sequence_hashes.clone(),
         };
-        let cached_blocks = state.index.prefix_length(&hashes, worker);
+        let mut cached_blocks = state.index.prefix_length(&hashes, worker);
+        if let Some(side) = &state.side {
+            cached_blocks = cached_blocks.max(side.prefix_length(&hashes, worker));
+        }
         let prefill_tokens = prefill_tokens.unwrap_or_else(|| {
             prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize))
         });
@@ -409,6 +474,7 @@ impl Router {
             start,
         );
         drop(state);
+        self.predict(request, worker);
         let latency = start.elapsed();
         self.metrics.count_booking(latency);
         Ok(Booking {

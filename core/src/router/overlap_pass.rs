@@ -23,6 +23,10 @@ pub(crate) struct OverlapPass<'a> {
     pub(crate) workers: &'a [WorkerId],
     /// Each candidate's cached prefix length, in `workers` order.
     pub(crate) lengths: &'a [usize],
+    /// With predictions alongside KV events: each candidate's longer of its `lengths` and its
+    /// predicted prefix. Only [`OverlapPass::cached_blocks`] reads it; the engine ids stay
+    /// those of `lengths`, the event-driven prefixes.
+    merged: Option<&'a [usize]>,
 }
 
 impl<'a> OverlapPass<'a> {
@@ -42,12 +46,27 @@ impl<'a> OverlapPass<'a> {
             engines,
             workers,
             lengths,
+            merged: None,
+        }
+    }
+
+    /// Counts, per candidate, the longer of its event-driven prefix and the one `predicted`
+    /// (the side index of predictions alongside KV events) gives it, into the reused `merged`.
+    /// Engine ids are still looked up in the event-driven index only.
+    pub(crate) fn with_predictions(self, predicted: &KvIndex, merged: &'a mut Vec<usize>) -> Self {
+        predicted.prefix_lengths(self.sequence_hashes, self.workers, merged);
+        for (merged, event_driven) in merged.iter_mut().zip(self.lengths) {
+            *merged = (*merged).max(*event_driven);
+        }
+        OverlapPass {
+            merged: Some(merged),
+            ..self
         }
     }
 
     /// Each candidate's cached prefix length, in candidate (id) order.
     pub(crate) fn cached_blocks(&self) -> &'a [usize] {
-        self.lengths
+        self.merged.unwrap_or(self.lengths)
     }
 
     /// The recorded engine hashes of blocks `first..first + hashes.len()`, when they are

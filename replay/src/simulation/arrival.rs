@@ -25,6 +25,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
             identity: Default::default(),
             allowed_workers: None,
         };
+        self.router.set_time(self.now);
         let started = Instant::now();
         let booked = self.router.book(&route);
         let latency = started.elapsed();

@@ -35,6 +35,7 @@ mod counters;
 mod dump;
 mod ingest;
 mod overlap;
+mod predicted;
 mod slot_directory;
 mod workers;
 

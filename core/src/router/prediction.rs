@@ -1,0 +1,321 @@
+//! Routing without KV events: each booking is recorded as a prediction that the booked worker
+//! now caches the prompt's blocks (in the index, with a TTL in the [`PredictedCache`]), and
+//! predictions whose TTL ran out, or that a prune drops, leave the index again.
+//!
+//! Predicting alongside KV events (upstream's `router_predicted_ttl_secs`,
+//! [`RouterOptions::predicted_ttl`](super::RouterOptions::predicted_ttl)): the predictions go
+//! to a [`SideIndex`] of their own, never to the event-driven index, so they are never dumped,
+//! never lend engine block ids to a hint, and leave the index's counters alone. A booking's
+//! overlap pass takes, per candidate, the longer of its event-driven and its predicted prefix
+//! (upstream merges its side indexer's scores by per-worker maximum), so once a worker's
+//! `stored` events arrive they count as they would without predictions. A worker's `removed`
+//! and `cleared` events supersede its predictions of those blocks, which are dropped at once
+//! (upstream leaves them to the TTL): a removal the engine reports is never contradicted by a
+//! prediction. Everything else expires by the TTL.
+
+use super::{BATCH_PART_BLOCKS, Prompt, RouteRequest, Router, RouterState};
+use crate::block_identity::{LocalBlockHash, SequenceHash};
+use crate::identity::WorkerId;
+use crate::kv::{
+    ApproximateConfig, BatchProgress, EventOutcome, KvCacheEventData, KvIndex, PredictedCache,
+    PredictedCacheStats, RouterEvent, local_block_hashes, sequence_hashes,
+    sequence_hashes_for_request,
+};
+use std::time::Duration;
+
+/// The predictions made alongside KV events: blocks named by their sequence hashes in an index
+/// of their own, and their timers. Upstream's side indexer prunes by TTL only: so does this
+/// one (no size limit; the entries are bounded by the booking rate times the TTL).
+pub(super) struct SideIndex {
+    index: KvIndex,
+    timers: PredictedCache,
+}
+
+impl SideIndex {
+    /// An empty side index whose predictions live for `ttl`.
+    pub(super) fn new(ttl: Duration) -> Self {
+        Self {
+            index: KvIndex::new(),
+            timers: PredictedCache::new(ApproximateConfig {
+                ttl,
+                max_tree_size: usize::MAX,
+                ..ApproximateConfig::default()
+            }),
+        }
+    }
+
+    /// The predicted index, which the overlap pass reads.
+    pub(super) fn index(&self) -> &KvIndex {
+        &self.index
+    }
+
+    pub(super) fn add_worker(&mut self, worker: WorkerId) {
+        self.index.add_worker(worker);
+    }
+
+    pub(super) fn remove_worker(&mut self, worker: WorkerId) {
+        self.index.remove_worker(worker);
+        self.timers.forget_worker(worker);
+    }
+
+    /// The number of leading `hashes` predicted cached on `worker`.
+    pub(super) fn prefix_length(&self, hashes: &[SequenceHash], worker: WorkerId) -> usize {
+        self.index.prefix_length(hashes, worker)
+    }
+
+    /// Removes the predictions due by `now`.
+    fn expire(&mut self, now: Duration) {
+        if self.timers.next_expiry().is_none_or(|expiry| expiry > now) {
+            return;
+        }
+        let mut removed = Vec::new();
+        self.timers.expire(now, &mut removed);
+        for (worker, block) in removed {
+            self.index.remove_predicted(worker, block);
+        }
+    }
+
+    /// Drops the prediction that `worker` caches `block` (its own events said otherwise, or
+    /// confirmed it).
+    fn forget(&mut self, worker: WorkerId, block: SequenceHash) {
+        if self.index.remove_predicted(worker, block) {
+            self.timers.forget(worker, block);
+        }
+    }
+
+    /// Drops every prediction of `worker` (its engine cleared its cache).
+    fn forget_worker(&mut self, worker: WorkerId) {
+        if self.index.remove_worker(worker) {
+            self.index.add_worker(worker);
+        }
+        self.timers.forget_worker(worker);
+    }
+}
+
+impl RouterState {
+    /// Applies `event` to the event-driven index through `apply`, then lets it supersede the
+    /// side index's predictions of its worker: those of the blocks it removes (resolved to
+    /// sequence hashes before the removal) and, for a `cleared`, all of them. A `stored` keeps
+    /// them (the overlap pass takes the longer prefix, so the engine's count wins where it
+    /// reaches); an event the index ignored changes no prediction.
+    pub(super) fn apply_superseding(
+        &mut self,
+        event: &RouterEvent,
+        apply: impl FnOnce(&mut KvIndex) -> EventOutcome,
+    ) -> EventOutcome {
+        let worker = event.worker();
+        let removed: Vec<SequenceHash> = match &event.event.data {
+            KvCacheEventData::Removed(remove) => remove
+                .block_hashes
+                .iter()
+                .filter_map(|engine| self.index.held_sequence_hash(worker, *engine))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let outcome = apply(&mut self.index);
+        let Some(side) = self.side.as_mut() else {
+            return outcome;
+        };
+        if outcome != EventOutcome::Applied {
+            return outcome;
+        }
+        match &event.event.data {
+            KvCacheEventData::Cleared => side.forget_worker(worker),
+            KvCacheEventData::Stored(_) => {}
+            KvCacheEventData::Removed(_) => {
+                for seq in removed {
+                    side.forget(worker, seq);
+                }
+            }
+        }
+        outcome
+    }
+}
+
+impl Router {
+    /// Whether the router routes without KV events, predicting caches from its bookings
+    /// ([`RouterOptions::approximate`](super::RouterOptions::approximate)).
+    pub fn predicts_caches(&self) -> bool {
+        self.options.approximate.is_some()
+    }
+
+    /// Whether the router predicts caches from its bookings alongside KV events
+    /// ([`RouterOptions::predicted_ttl`](super::RouterOptions::predicted_ttl)).
+    pub fn predicts_alongside_events(&self) -> bool {
+        self.options.predicted_ttl.is_some() && self.options.approximate.is_none()
+    }
+
+    /// What the predicted cache did so far, when the router routes without KV events or
+    /// predicts alongside them.
+    pub fn predicted_cache_stats(&self) -> Option<PredictedCacheStats> {
+        let state = self.state.read();
+        state
+            .predicted
+            .as_ref()
+            .or(state.side.as_ref().map(|side| &side.timers))
+            .map(PredictedCache::stats)
+    }
+
+    /// The number of leading `sequence_hashes` predicted cached on `worker` alongside KV events
+    /// (predictions whose TTL ran out are removed first); 0 when the router does not predict
+    /// alongside events. A booking counts the longer of this and [`Router::cached_prefix`].
+    pub fn predicted_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
+        self.expire_predictions();
+        self.state
+            .read()
+            .side
+            .as_ref()
+            .map_or(0, |side| side.prefix_length(sequence_hashes, worker))
+    }
+
+    /// [`Router::apply_event_batch`] when predicting alongside events: one event at a time
+    /// (one numbered delivery still decides as one), each superseding its worker's
+    /// predictions, under one hold of the lock per part of about [`BATCH_PART_BLOCKS`] blocks.
+    pub(super) fn apply_event_batch_superseding(
+        &self,
+        events: &[RouterEvent],
+        progress: &mut BatchProgress,
+        outcomes: &mut Vec<EventOutcome>,
+    ) {
+        let mut rest = events;
+        while !rest.is_empty() {
+            let mut state = self.state.write();
+            let mut blocks = 0usize;
+            while let Some((event, later)) = rest.split_first() {
+                if blocks >= BATCH_PART_BLOCKS {
+                    break;
+                }
+                blocks = blocks.saturating_add(event.block_count().max(1));
+                let one = std::slice::from_ref(event);
+                let mut outcome = Vec::with_capacity(1);
+                let applied = state.apply_superseding(event, |index| {
+                    index.apply_batch_part(one, progress, &mut outcome, 1);
+                    outcome.first().copied().unwrap_or(EventOutcome::Applied)
+                });
+                outcomes.push(applied);
+                rest = later;
+            }
+        }
+    }
+
+    /// Removes the predictions whose TTL ran out by now (bookings and previews also do it as
+    /// they go); nothing happens when the router trusts KV events.
+    pub fn expire_predicted_blocks(&self) {
+        self.expire_predictions();
+    }
+
+    /// Removes the predictions due by the clock, taking the state lock exclusively only when
+    /// some are due.
+    pub(super) fn expire_predictions(&self) {
+        if self.options.approximate.is_none() && self.options.predicted_ttl.is_none() {
+            return;
+        }
+        let now = self.clock.now();
+        let due = {
+            let state = self.state.read();
+            state
+                .predicted
+                .as_ref()
+                .or(state.side.as_ref().map(|side| &side.timers))
+                .and_then(PredictedCache::next_expiry)
+                .is_some_and(|expiry| expiry <= now)
+        };
+        if !due {
+            return;
+        }
+        let mut removed = Vec::new();
+        let mut state = self.state.write();
+        let RouterState {
+            index,
+            predicted,
+            side,
+            ..
+        } = &mut *state;
+        if let Some(side) = side.as_mut() {
+            side.expire(now);
+        }
+        if let Some(predicted) = predicted.as_mut() {
+            predicted.expire(now, &mut removed);
+        }
+        for (worker, block) in removed {
+            index.remove_predicted(worker, block);
+        }
+    }
+
+    /// Records that `request` was booked on `worker`: its prompt's blocks count as cached there
+    /// for the TTL. The prompt is hashed again here (with its local hashes, which the index's
+    /// dump needs) so that the booking pipeline stays as it is when events are trusted.
+    pub(super) fn predict(&self, request: &RouteRequest, worker: WorkerId) {
+        if self.options.approximate.is_none() {
+            if self.options.predicted_ttl.is_some() {
+                self.predict_alongside_events(request, worker);
+            }
+            return;
+        }
+        let (hashes, locals): (Vec<SequenceHash>, Option<Vec<LocalBlockHash>>) = match &request
+            .prompt
+        {
+            Prompt::Tokens(tokens) => {
+                let locals = local_block_hashes(tokens, self.setup.block_size, &request.identity);
+                (sequence_hashes(&locals), Some(locals))
+            }
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => (sequence_hashes.clone(), None),
+        };
+        if hashes.is_empty() {
+            return;
+        }
+        let mut removed = Vec::new();
+        let mut state = self.state.write();
+        // Read under the lock, so that bookings are recorded in clock order.
+        let now = self.clock.now();
+        let RouterState {
+            index, predicted, ..
+        } = &mut *state;
+        let Some(predicted) = predicted.as_mut() else {
+            return;
+        };
+        predicted.expire(now, &mut removed);
+        for (worker, block) in removed.drain(..) {
+            index.remove_predicted(worker, block);
+        }
+        if index.worker_state(worker).is_none() {
+            return;
+        }
+        index.store_predicted(worker, &hashes, locals.as_deref());
+        predicted.record(worker, &hashes, now);
+        predicted.prune(&mut removed);
+        for (worker, block) in removed {
+            index.remove_predicted(worker, block);
+        }
+    }
+
+    /// Records `request`'s booking on `worker` in the side index, alongside KV events: its
+    /// prompt's blocks count as predicted there for the TTL.
+    fn predict_alongside_events(&self, request: &RouteRequest, worker: WorkerId) {
+        let hashes = match &request.prompt {
+            Prompt::Tokens(tokens) => {
+                sequence_hashes_for_request(tokens, self.setup.block_size, &request.identity)
+            }
+            Prompt::Blocks {
+                sequence_hashes, ..
+            } => sequence_hashes.clone(),
+        };
+        if hashes.is_empty() {
+            return;
+        }
+        let mut state = self.state.write();
+        // Read under the lock, so that bookings are recorded in clock order.
+        let now = self.clock.now();
+        let Some(side) = state.side.as_mut() else {
+            return;
+        };
+        side.expire(now);
+        if side.index.worker_state(worker).is_none() {
+            return;
+        }
+        side.index.store_predicted(worker, &hashes, None);
+        side.timers.record(worker, &hashes, now);
+    }
+}
