@@ -8,6 +8,7 @@
 //! }
 //! ```
 
+pub mod approximate_args;
 pub mod catalog;
 pub mod check;
 pub mod command;
@@ -15,6 +16,7 @@ pub mod command_error;
 pub mod replay;
 pub mod serve;
 pub mod serve_gateway;
+pub mod serve_nats;
 pub mod serve_replicas;
 
 use clap::Parser;

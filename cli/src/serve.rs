@@ -38,12 +38,25 @@ pub struct ServeArgs {
     /// and act on their hints.
     #[arg(long, value_name = "N")]
     pub simulate: Option<usize>,
-    /// Book without KV events: workers need no `kv_events_endpoint` (they all look cold).
+    /// Route without KV events, as upstream's `--no-kv-events`: workers need no
+    /// `kv_events_endpoint`, and the router predicts each worker's cache from its own bookings
+    /// (a booked prompt's blocks count as cached on that worker for --router-ttl-secs).
     #[arg(long)]
     pub no_kv_events: bool,
+    /// The prediction settings of --no-kv-events.
+    #[command(flatten)]
+    pub approximate: crate::approximate_args::ApproximateArgs,
+    /// With KV events: a booked prompt's blocks also count as cached on the booked worker for
+    /// SECS, until the engine's own events arrive (upstream `router_predicted_ttl_secs`; off
+    /// by default).
+    #[arg(long, value_name = "SECS", conflicts_with = "no_kv_events")]
+    pub router_predicted_ttl_secs: Option<f64>,
     /// Overrides the file's `router_mode` (kv, round-robin, random, least-loaded).
     #[arg(long, value_name = "MODE")]
     pub router_mode: Option<RouterMode>,
+    /// KV events over NATS JetStream (`--nats nats://host:port`) instead of ZMQ.
+    #[command(flatten)]
+    pub nats: crate::serve_nats::NatsArgs,
     /// Run as one of several replicas: publish this replica's bookings on
     /// tcp://HOST:PORT (0 picks a free port, printed at start).
     #[arg(long, value_name = "PORT")]
@@ -106,6 +119,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let setup = load_setup(args, registry)?;
+    init_logging();
     if !args.workers.is_empty() && args.simulate.is_some() {
         return Err(serve_error(
             "--worker and --simulate both name the fleet; give one of them".to_owned(),
@@ -116,6 +130,18 @@ pub fn run(
         .build()
         .map_err(|error| serve_error(format!("cannot start the async runtime: {error}")))?;
     runtime.block_on(serve(args, setup, out))
+}
+
+/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings and errors; e.g.
+/// `RUST_LOG=kv_router_service=info` shows each gateway request's span with its worker).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A process that set its own subscriber (a test, a program embedding the CLI) keeps it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn serve_error(message: String) -> CommandError {
@@ -148,8 +174,15 @@ async fn serve(
     let block_size = setup.block_size;
     let gateway = crate::serve_gateway::GatewaySetup::from_args(args)?;
     let static_workers = crate::serve_gateway::static_workers(args, block_size)?;
+    let nats_ingress = if args.no_kv_events {
+        None
+    } else {
+        args.nats.start(out).await?
+    };
     let ingress: Arc<dyn KvEventIngress> = if args.no_kv_events {
         Arc::new(NoIngress)
+    } else if let Some(nats) = &nats_ingress {
+        Arc::clone(nats) as _
     } else {
         Arc::new(ZmqIngress::new(
             Arc::new(ZmqTransport),
@@ -157,16 +190,46 @@ async fn serve(
         ))
     };
     let bookings = Arc::new(SimulatedBookings::default());
-    let mut service = SelectionService::new(setup, RouterOptions::default(), ingress);
+    let approximate = if args.no_kv_events {
+        let config = args
+            .approximate
+            .config()
+            .map_err(|error| serve_error(error.to_string()))?;
+        writeln!(
+            out,
+            "routing without KV events: a booked prompt counts as cached on its worker for {} s (prune above {} blocks to {})",
+            config.ttl.as_secs_f64(),
+            config.max_tree_size,
+            config.target_size()
+        )?;
+        Some(config)
+    } else {
+        None
+    };
+    let predicted_ttl = crate::approximate_args::predicted_ttl(args.router_predicted_ttl_secs)
+        .map_err(|error| serve_error(error.to_string()))?;
+    if let Some(ttl) = predicted_ttl {
+        writeln!(
+            out,
+            "predicting alongside KV events: a booked prompt counts as cached on its worker for {} s, until its events arrive",
+            ttl.as_secs_f64()
+        )?;
+    }
+    let options = RouterOptions {
+        approximate,
+        predicted_ttl,
+        ..RouterOptions::default()
+    };
+    let mut service = SelectionService::new(setup, options, ingress);
     if args.simulate.is_some() {
         service = service.with_observer(Arc::clone(&bookings) as _);
     }
     let service = Arc::new(service);
-    let options = ServeOptions {
+    let serve_options = ServeOptions {
         host: args.host.clone(),
         port: args.port,
     };
-    let mut bound = BoundService::bind(Arc::clone(&service), &options)
+    let mut bound = BoundService::bind(Arc::clone(&service), &serve_options)
         .await
         .map_err(|error| {
             serve_error(format!(
@@ -215,6 +278,14 @@ async fn serve(
     };
     let replicas = crate::serve_replicas::ReplicaSetup::from_args(args)?;
     let started = replicas.start(&service, &args.host, out).await?;
+    // Over NATS (`--nats` without `--replica-sync-port`): join, then report ready.
+    let nats_sync = args
+        .nats
+        .start_replica_sync(&service, args.replica_sync_port.is_some(), out)
+        .await?;
+    if let Some(sync) = &nats_sync {
+        writeln!(out, "{}", sync.warm_start(nats_ingress.as_deref()).await)?;
+    }
     out.flush()?;
     let served = bound
         .run(crate::serve_replicas::shutdown_signal())

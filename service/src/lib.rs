@@ -22,6 +22,7 @@ pub mod kv_listener;
 pub mod loopback_client;
 pub mod membership;
 pub mod msgpack_batch;
+pub mod nats;
 pub mod partition;
 pub mod polling;
 pub mod prompt;

@@ -230,22 +230,7 @@ impl ReplicaHook for ReplicaSync {
         worker: WorkerId,
         change: LocalBooking<'_>,
     ) {
-        let data = match change {
-            LocalBooking::Booked {
-                sequence_hashes,
-                prefill_tokens,
-            } => BookingEventData::AddRequest {
-                token_sequence: Some(SequenceHash::as_u64s(sequence_hashes).to_vec()),
-                track_prefill_tokens: true,
-                expected_output_tokens: None,
-                prefill_load_hint: Some(PrefillLoadHint {
-                    initial_effective_prefill_tokens: prefill_tokens,
-                    expected_prefill_duration: None,
-                }),
-            },
-            LocalBooking::PrefillCompleted => BookingEventData::MarkPrefillCompleted,
-            LocalBooking::Freed => BookingEventData::Free,
-        };
+        let data = booking_data(change);
         let event = ScopedBookingEvent {
             model_name: partition.key.model_name.clone(),
             routing_group: partition.key.routing_group.clone(),
@@ -282,7 +267,7 @@ impl ReplicaHook for ReplicaSync {
     }
 }
 
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     loop {
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         if id != 0 {
@@ -291,8 +276,28 @@ fn random_id() -> u64 {
     }
 }
 
+/// A local booking change as upstream's `ActiveSequenceEventData` (both sync transports).
+pub(crate) fn booking_data(change: LocalBooking<'_>) -> BookingEventData {
+    match change {
+        LocalBooking::Booked {
+            sequence_hashes,
+            prefill_tokens,
+        } => BookingEventData::AddRequest {
+            token_sequence: Some(SequenceHash::as_u64s(sequence_hashes).to_vec()),
+            track_prefill_tokens: true,
+            expected_output_tokens: None,
+            prefill_load_hint: Some(PrefillLoadHint {
+                initial_effective_prefill_tokens: prefill_tokens,
+                expected_prefill_duration: None,
+            }),
+        },
+        LocalBooking::PrefillCompleted => BookingEventData::MarkPrefillCompleted,
+        LocalBooking::Freed => BookingEventData::Free,
+    }
+}
+
 /// The key under which a peer's booking is recorded: unique across replicas.
-fn peer_request_id(router_id: u64, request_id: &str) -> String {
+pub(crate) fn peer_request_id(router_id: u64, request_id: &str) -> String {
     format!("{router_id:016x}/{request_id}")
 }
 

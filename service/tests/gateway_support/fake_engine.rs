@@ -238,12 +238,14 @@ impl http_body::Body for TokenStream {
         if self.done {
             return Poll::Ready(None);
         }
-        if self.sleep.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
         let interval = self.state.token_interval;
-        let deadline = tokio::time::Instant::now() + interval;
-        self.sleep.as_mut().reset(deadline);
+        if !interval.is_zero() {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let deadline = tokio::time::Instant::now() + interval;
+            self.sleep.as_mut().reset(deadline);
+        }
         if self.break_after == Some(self.sent) {
             return Poll::Ready(Some(Err(std::io::Error::other("engine died mid-stream"))));
         }
