@@ -1,0 +1,1070 @@
+//! The orchestrated run: start the fake engines, then for each gateway in turn start it, run
+//! the prefix-hit, added-latency and throughput scenarios (sampling its RSS and CPU), stop it,
+//! and print one side-by-side table plus a JSON file.
+
+use crate::client::Client;
+use crate::engine::{BLOCK_SIZE, EngineAddress};
+use crate::procs::{self, Proc};
+use crate::words::{self, Rng};
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Gateways to run, in order (direct first: the others' added latency is against it).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "direct,ours,ours-affine,sglang,vllm,vllm-kv"
+    )]
+    pub gateways: Vec<String>,
+    /// Our router binary (`cargo build --release -p kv-router` in the repo root).
+    #[arg(long, default_value = "../../target/release/kv-router")]
+    pub kv_router: PathBuf,
+    /// A router configuration for `ours` (`kv-router serve --config`); without it, the
+    /// built-in kvcr + kv_fetch configuration.
+    #[arg(long)]
+    pub ours_config: Option<PathBuf>,
+    /// The bench venv holding sglang-router and vllm-router.
+    #[arg(long, default_value = "target/bench-venv")]
+    pub venv: PathBuf,
+    /// The word-level tokenizer directory given to our gateway (`--model bench=DIR`).
+    #[arg(long, default_value = "target/bench-model")]
+    pub model_dir: PathBuf,
+    /// Where logs go.
+    #[arg(long, default_value = "target/logs")]
+    pub log_dir: PathBuf,
+    /// The JSON report.
+    #[arg(long, default_value = "target/gateway-bench.json")]
+    pub out: PathBuf,
+    /// Fake engines.
+    #[arg(long, default_value_t = 4)]
+    pub engines: usize,
+    /// KV blocks each fake engine caches (16 words each) before evicting.
+    #[arg(long, default_value_t = 1024)]
+    pub lru_blocks: usize,
+    /// Measured sequential requests per prompt size (after the warm-up).
+    #[arg(long, default_value_t = 300)]
+    pub latency_requests: usize,
+    #[arg(long, default_value_t = 30)]
+    pub latency_warmup: usize,
+    /// Prompt sizes (words = tokens) of the latency scenario.
+    #[arg(long, value_delimiter = ',', default_value = "512,8192")]
+    pub latency_words: Vec<usize>,
+    /// Concurrent streams of the throughput scenario.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Streamed tokens per answer in the throughput scenario.
+    #[arg(long, default_value_t = 256)]
+    pub answer_tokens: usize,
+    /// Prompt words of the throughput scenario.
+    #[arg(long, default_value_t = 128)]
+    pub throughput_prompt_words: usize,
+    /// Measured seconds of the throughput scenario (after the warm-up).
+    #[arg(long, default_value_t = 15)]
+    pub throughput_secs: u64,
+    #[arg(long, default_value_t = 3)]
+    pub throughput_warmup_secs: u64,
+    /// Shared-prefix scenario: requests, prefixes, words per prefix and per unique suffix,
+    /// concurrency.
+    #[arg(long, default_value_t = 1000)]
+    pub prefix_requests: usize,
+    #[arg(long, default_value_t = 16)]
+    pub prefixes: usize,
+    #[arg(long, default_value_t = 2000)]
+    pub prefix_words: usize,
+    #[arg(long, default_value_t = 64)]
+    pub suffix_words: usize,
+    #[arg(long, default_value_t = 16)]
+    pub prefix_concurrency: usize,
+    /// Seconds a gateway may take to answer its first completion.
+    #[arg(long, default_value_t = 90)]
+    pub ready_timeout_secs: u64,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct Latency {
+    pub requests: usize,
+    pub errors: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub mean_us: f64,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct Tokenize {
+    pub count: f64,
+    pub mean_us: f64,
+    /// Upper bound of the histogram bucket holding the 99th percentile.
+    pub p99_bucket_us: Option<f64>,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct Throughput {
+    pub completed: u64,
+    pub errors: u64,
+    pub incomplete_streams: u64,
+    pub seconds: f64,
+    pub requests_per_s: f64,
+    pub tokens_per_s: f64,
+    pub gateway_cpu_seconds: f64,
+    pub gateway_cpu_ms_per_request: f64,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct Memory {
+    pub idle_rss_kib: u64,
+    pub peak_rss_kib: u64,
+    pub hwm_kib: u64,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct PrefixHits {
+    pub requests: usize,
+    pub errors: usize,
+    pub seconds: f64,
+    pub prompt_blocks: u64,
+    pub hit_blocks: u64,
+    pub hit_rate: f64,
+    /// Requests each engine got.
+    pub per_engine_requests: Vec<u64>,
+    /// The hit rate of perfect prefix affinity without eviction (first use of a prefix misses).
+    pub ideal_hit_rate: f64,
+}
+
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct GatewayResult {
+    pub name: String,
+    pub command: String,
+    pub error: Option<String>,
+    pub prefix: Option<PrefixHits>,
+    pub latency: BTreeMap<String, Latency>,
+    /// p50/p99 of this gateway minus the direct run's, per prompt size.
+    pub added_p50_us: BTreeMap<String, f64>,
+    pub added_p99_us: BTreeMap<String, f64>,
+    pub tokenize: BTreeMap<String, Tokenize>,
+    pub throughput: Option<Throughput>,
+    pub memory: Option<Memory>,
+}
+
+/// What the load generator sends to: one gateway URL, or the engines round-robin.
+#[derive(Clone)]
+struct Target {
+    bases: Arc<Vec<String>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Target {
+    fn url(&self, path: &str) -> String {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len();
+        format!("{}{}", self.bases[index], path)
+    }
+}
+
+fn bar(length: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(length);
+    bar.set_style(
+        ProgressStyle::with_template("  {prefix:<28} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_owned());
+    bar
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn completion_body(prompt: &str, max_tokens: usize, stream: bool) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&json!({
+            "model": "bench", "prompt": prompt, "max_tokens": max_tokens, "stream": stream,
+            "temperature": 0
+        }))
+        .unwrap_or_default(),
+    )
+}
+
+async fn engine_stats(client: &Client, engines: &[EngineAddress]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for engine in engines {
+        let stats = match client.get(&format!("{}/_bench/stats", engine.http)).await {
+            Ok((200, body)) => serde_json::from_slice(&body).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        out.push(stats);
+    }
+    out
+}
+
+async fn reset_engines(client: &Client, engines: &[EngineAddress]) {
+    reset_engines_with(client, engines, "").await;
+}
+
+async fn reset_engines_with(client: &Client, engines: &[EngineAddress], query: &str) {
+    for engine in engines {
+        let _ = client
+            .post(
+                &format!("{}/_bench/reset{query}", engine.http),
+                Bytes::from_static(b"{}"),
+            )
+            .await;
+    }
+}
+
+/// Scenario 3: shared prefixes, each request prefix + unique suffix.
+async fn prefix_scenario(
+    args: &RunArgs,
+    client: &Client,
+    target: &Target,
+    engines: &[EngineAddress],
+) -> PrefixHits {
+    let mut rng = Rng::new(3);
+    let prefixes: Vec<String> = (0..args.prefixes)
+        .map(|_| words::random_words(&mut rng, args.prefix_words))
+        .collect();
+    let mut seen = vec![false; args.prefixes];
+    let mut ideal_hits = 0u64;
+    let mut total_blocks = 0u64;
+    let bodies: Vec<Bytes> = (0..args.prefix_requests)
+        .map(|_| {
+            let which = rng.below(args.prefixes as u64) as usize;
+            let suffix = words::random_words(&mut rng, args.suffix_words);
+            total_blocks += ((args.prefix_words + args.suffix_words) / BLOCK_SIZE) as u64;
+            if seen[which] {
+                ideal_hits += (args.prefix_words / BLOCK_SIZE) as u64;
+            }
+            seen[which] = true;
+            completion_body(&format!("{} {suffix}", prefixes[which]), 8, false)
+        })
+        .collect();
+    reset_engines(client, engines).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let progress = bar(bodies.len() as u64, "prefix-hit (shared prefixes)");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.prefix_concurrency {
+        let (bodies, next, errors) = (bodies.clone(), next.clone(), errors.clone());
+        let (client, target, progress) = (client.clone(), target.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(index) else { break };
+                let answer = client
+                    .post(&target.url("/v1/completions"), body.clone())
+                    .await;
+                if !answer.is_ok_and(|a| a.ok()) {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                progress.inc(1);
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    progress.finish_and_clear();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = engine_stats(client, engines).await;
+    let field = |value: &Value, name: &str| value.get(name).and_then(Value::as_u64).unwrap_or(0);
+    let prompt_blocks: u64 = stats.iter().map(|s| field(s, "prompt_blocks")).sum();
+    let hit_blocks: u64 = stats.iter().map(|s| field(s, "hit_blocks")).sum();
+    PrefixHits {
+        requests: bodies.len(),
+        errors: errors.load(Ordering::Relaxed),
+        seconds,
+        prompt_blocks,
+        hit_blocks,
+        hit_rate: if prompt_blocks == 0 {
+            0.0
+        } else {
+            hit_blocks as f64 / prompt_blocks as f64
+        },
+        per_engine_requests: stats.iter().map(|s| field(s, "requests")).collect(),
+        ideal_hit_rate: if total_blocks == 0 {
+            0.0
+        } else {
+            ideal_hits as f64 / total_blocks as f64
+        },
+    }
+}
+
+/// The tokenize histogram on our gateway's /metrics: (sum, count, buckets (le, cumulative)).
+async fn tokenize_histogram(
+    client: &Client,
+    metrics_url: &str,
+) -> Option<(f64, f64, Vec<(f64, f64)>)> {
+    let (status, body) = client.get(metrics_url).await.ok()?;
+    if status != 200 {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&body);
+    let name = "kv_router_gateway_tokenize_seconds";
+    let (mut sum, mut count, mut buckets) = (None, None, Vec::new());
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let value = |s: &str| s.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if rest.starts_with("_sum") {
+            sum = value(rest);
+        } else if rest.starts_with("_count") {
+            count = value(rest);
+        } else if let Some(labels) = rest.strip_prefix("_bucket{") {
+            let le = labels
+                .split("le=\"")
+                .nth(1)
+                .and_then(|s| s.split('"').next())
+                .map(|s| {
+                    if s == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        s.parse().unwrap_or(f64::NAN)
+                    }
+                });
+            if let (Some(le), Some(n)) = (le, value(rest)) {
+                buckets.push((le, n));
+            }
+        }
+    }
+    Some((sum?, count?, buckets))
+}
+
+/// Scenario 1: sequential non-stream completions, max_tokens 1.
+async fn latency_scenario(
+    args: &RunArgs,
+    client: &Client,
+    target: &Target,
+    words_count: usize,
+    metrics_url: Option<&str>,
+) -> (Latency, Option<Tokenize>) {
+    let mut rng = Rng::new(1000 + words_count as u64);
+    let total = args.latency_warmup + args.latency_requests;
+    let bodies: Vec<Bytes> = (0..total)
+        .map(|_| completion_body(&words::random_words(&mut rng, words_count), 1, false))
+        .collect();
+    let progress = bar(total as u64, &format!("latency {words_count} words"));
+    let mut samples = Vec::with_capacity(args.latency_requests);
+    let mut errors = 0;
+    let mut before = None;
+    for (index, body) in bodies.into_iter().enumerate() {
+        if index == args.latency_warmup
+            && let Some(url) = metrics_url
+        {
+            before = tokenize_histogram(client, url).await;
+        }
+        let url = target.url("/v1/completions");
+        let started = Instant::now();
+        let answer = client.post(&url, body).await;
+        let elapsed = started.elapsed().as_secs_f64() * 1e6;
+        if index >= args.latency_warmup {
+            if answer.is_ok_and(|a| a.ok()) {
+                samples.push(elapsed);
+            } else {
+                errors += 1;
+            }
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    let tokenize =
+        match (metrics_url, before) {
+            (Some(url), Some((sum0, count0, buckets0))) => tokenize_histogram(client, url)
+                .await
+                .map(|(sum1, count1, buckets1)| {
+                    let count = count1 - count0;
+                    let p99_bucket_us = buckets1
+                        .iter()
+                        .zip(buckets0.iter())
+                        .find(|((_, n1), (_, n0))| count > 0.0 && (n1 - n0) >= 0.99 * count)
+                        .map(|((le, _), _)| le * 1e6);
+                    Tokenize {
+                        count,
+                        mean_us: if count > 0.0 {
+                            (sum1 - sum0) / count * 1e6
+                        } else {
+                            f64::NAN
+                        },
+                        p99_bucket_us,
+                    }
+                }),
+            _ => None,
+        };
+    samples.sort_by(f64::total_cmp);
+    let mean = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
+    (
+        Latency {
+            requests: samples.len(),
+            errors,
+            p50_us: percentile(&samples, 0.50),
+            p99_us: percentile(&samples, 0.99),
+            mean_us: mean,
+        },
+        tokenize,
+    )
+}
+
+/// Scenario 2 (+4): concurrency C, streamed completions, for a fixed time; samples the
+/// gateway's RSS and CPU.
+async fn throughput_scenario(
+    args: &RunArgs,
+    client: &Client,
+    target: &Target,
+    pid: Option<u32>,
+) -> (Throughput, Option<Memory>) {
+    let mut rng = Rng::new(77);
+    let bodies: Arc<Vec<Bytes>> = Arc::new(
+        (0..1024)
+            .map(|_| {
+                completion_body(
+                    &words::random_words(&mut rng, args.throughput_prompt_words),
+                    args.answer_tokens,
+                    true,
+                )
+            })
+            .collect(),
+    );
+    let idle = pid.map(procs::memory_kib);
+    let started = Instant::now();
+    let warm = Duration::from_secs(args.throughput_warmup_secs);
+    let end = warm + Duration::from_secs(args.throughput_secs);
+    let completed = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let incomplete = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..args.concurrency {
+        let (bodies, completed, errors, incomplete) = (
+            bodies.clone(),
+            completed.clone(),
+            errors.clone(),
+            incomplete.clone(),
+        );
+        let (client, target) = (client.clone(), target.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut k = worker * 16;
+            while started.elapsed() < end {
+                let body = bodies[k % bodies.len()].clone();
+                k += 1;
+                let answer = client.post(&target.url("/v1/completions"), body).await;
+                let at = started.elapsed();
+                let in_window = at >= warm && at < end;
+                match answer {
+                    Ok(answer) if answer.ok() && answer.stream_done() => {
+                        if in_window {
+                            completed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(answer) if answer.ok() => {
+                        if in_window {
+                            incomplete.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    _ => {
+                        if in_window {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let progress = bar(end.as_secs(), &format!("throughput c={}", args.concurrency));
+    let mut peak_rss = 0;
+    let mut cpu_start = None;
+    let mut window_started = None;
+    while started.elapsed() < end {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let at = started.elapsed();
+        if at >= warm && cpu_start.is_none() {
+            cpu_start = Some(pid.map_or(0.0, procs::cpu_seconds));
+            window_started = Some(Instant::now());
+        }
+        if let Some(pid) = pid {
+            peak_rss = peak_rss.max(procs::memory_kib(pid).0);
+        }
+        let done = completed.load(Ordering::Relaxed);
+        let window = at.saturating_sub(warm).as_secs_f64();
+        if window > 0.0 {
+            progress.set_message(format!("{:.0} req/s", done as f64 / window));
+        } else {
+            progress.set_message("warming up");
+        }
+        progress.set_position(at.as_secs().min(end.as_secs()));
+    }
+    let cpu_end = pid.map_or(0.0, procs::cpu_seconds);
+    let seconds = window_started.map_or(args.throughput_secs as f64, |w| w.elapsed().as_secs_f64());
+    let memory = pid.map(procs::memory_kib);
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+    }
+    progress.finish_and_clear();
+    let completed = completed.load(Ordering::Relaxed);
+    let cpu = cpu_end - cpu_start.unwrap_or(cpu_end);
+    let throughput = Throughput {
+        completed,
+        errors: errors.load(Ordering::Relaxed),
+        incomplete_streams: incomplete.load(Ordering::Relaxed),
+        seconds,
+        requests_per_s: completed as f64 / seconds,
+        tokens_per_s: (completed * args.answer_tokens as u64) as f64 / seconds,
+        gateway_cpu_seconds: cpu,
+        gateway_cpu_ms_per_request: if completed > 0 {
+            cpu * 1e3 / completed as f64
+        } else {
+            f64::NAN
+        },
+    };
+    let memory = match (idle, memory) {
+        (Some((idle, _)), Some((rss, hwm))) => Some(Memory {
+            idle_rss_kib: idle,
+            peak_rss_kib: peak_rss.max(rss),
+            hwm_kib: hwm,
+        }),
+        _ => None,
+    };
+    (throughput, memory)
+}
+
+/// The command line starting gateway `name` on `port`.
+fn gateway_command(
+    args: &RunArgs,
+    name: &str,
+    port: u16,
+    engines: &[EngineAddress],
+) -> Result<(PathBuf, Vec<String>), String> {
+    let mut argv: Vec<String> = Vec::new();
+    let urls: Vec<String> = engines.iter().map(|e| e.http.clone()).collect();
+    let metrics_port = procs::free_port().to_string();
+    let program = match name {
+        "ours" | "ours-nohints" | "ours-affine" => {
+            if name == "ours-nohints" {
+                // Engines that cannot fetch KV from a peer: the cost config without hints.
+                argv.push("serve".into());
+                argv.push("--config".into());
+                let kv_router = absolute(&args.kv_router);
+                let root = kv_router.ancestors().nth(3).unwrap_or(Path::new("../.."));
+                argv.push(
+                    root.join("replay/configs/default-cost-no-hints.yaml")
+                        .display()
+                        .to_string(),
+                );
+                argv.extend(["--gateway", "--host", "127.0.0.1", "--port"].map(String::from));
+            } else {
+                argv.push("serve".into());
+                let affine =
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/cache-affine.yaml");
+                let config = match name {
+                    "ours-affine" => Some(affine),
+                    _ => args.ours_config.clone(),
+                };
+                if let Some(config) = config {
+                    argv.push("--config".into());
+                    argv.push(absolute(&config).display().to_string());
+                }
+                argv.extend(["--gateway", "--host", "127.0.0.1", "--port"].map(String::from));
+            }
+            argv.push(port.to_string());
+            argv.push("--model".into());
+            argv.push(format!("bench={}", absolute(&args.model_dir).display()));
+            for engine in engines {
+                argv.push("--worker".into());
+                argv.push(format!(
+                    "{},kv_events_endpoint={},replay_endpoint={}",
+                    engine.http, engine.events, engine.replay
+                ));
+            }
+            args.kv_router.clone()
+        }
+        "sglang" => {
+            argv.extend(["launch", "--host", "127.0.0.1", "--port"].map(String::from));
+            argv.push(port.to_string());
+            argv.push("--worker-urls".into());
+            argv.extend(urls);
+            argv.extend(
+                [
+                    "--policy",
+                    "cache_aware",
+                    "--prometheus-host",
+                    "127.0.0.1",
+                    "--prometheus-port",
+                ]
+                .map(String::from),
+            );
+            argv.push(metrics_port);
+            argv.extend(["--log-level", "warn"].map(String::from));
+            args.venv.join("bin/sglang-router")
+        }
+        "vllm" | "vllm-kv" => {
+            argv.extend(["--host", "127.0.0.1", "--port"].map(String::from));
+            argv.push(port.to_string());
+            argv.push("--worker-urls".into());
+            argv.extend(urls);
+            argv.push("--policy".into());
+            if name == "vllm" {
+                argv.push("cache_aware".into());
+            } else {
+                argv.push("kv_aware".into());
+                for engine in engines {
+                    argv.push("--kv-event-source".into());
+                    argv.push(format!("{}={}", engine.http, engine.events));
+                    argv.push("--kv-event-replay-source".into());
+                    argv.push(format!("{}={}", engine.http, engine.replay));
+                }
+                argv.extend(
+                    ["--kv-event-block-size", "16", "--kv-event-model", "bench"].map(String::from),
+                );
+            }
+            argv.extend(["--prometheus-host", "127.0.0.1", "--prometheus-port"].map(String::from));
+            argv.push(metrics_port);
+            argv.extend(["--log-level", "warning"].map(String::from));
+            args.venv.join("bin/vllm-router")
+        }
+        other => {
+            return Err(format!(
+                "unknown gateway `{other}` (direct, ours, ours-affine, ours-nohints, sglang, vllm, vllm-kv)"
+            ));
+        }
+    };
+    if !program.exists() {
+        return Err(format!("{} does not exist", program.display()));
+    }
+    Ok((program, argv))
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Waits until the gateway answers a completion, or fails with its log's tail.
+async fn wait_ready(
+    client: &Client,
+    base: &str,
+    process: &mut Proc,
+    timeout: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let body = completion_body("w1 w2 w3", 1, false);
+    let mut last = String::new();
+    let mut successes = 0;
+    while started.elapsed() < timeout {
+        if let Some(status) = process.exited() {
+            return Err(format!(
+                "exited ({status}) before answering:\n{}",
+                process.log_tail(25)
+            ));
+        }
+        match client
+            .post(&format!("{base}/v1/completions"), body.clone())
+            .await
+        {
+            Ok(answer) if answer.ok() => {
+                successes += 1;
+                if successes >= 8 {
+                    return Ok(());
+                }
+                continue;
+            }
+            Ok(answer) => last = format!("status {}", answer.status),
+            Err(error) => last = error,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!(
+        "no completion answered within {}s (last: {last}):\n{}",
+        timeout.as_secs(),
+        process.log_tail(25)
+    ))
+}
+
+async fn run_one(
+    args: &RunArgs,
+    name: &str,
+    client: &Client,
+    engines: &[EngineAddress],
+) -> GatewayResult {
+    let mut result = GatewayResult {
+        name: name.to_owned(),
+        ..GatewayResult::default()
+    };
+    let mut process = None;
+    let target = if name == "direct" {
+        reset_engines_with(client, engines, "?layout=array").await;
+        result.command = "(load generator → engines, round-robin)".into();
+        Target {
+            bases: Arc::new(engines.iter().map(|e| e.http.clone()).collect()),
+            next: Arc::default(),
+        }
+    } else {
+        let port = procs::free_port();
+        let (program, argv) = match gateway_command(args, name, port, engines) {
+            Ok(command) => command,
+            Err(error) => {
+                result.error = Some(error);
+                return result;
+            }
+        };
+        result.command = format!("{} {}", program.display(), argv.join(" "));
+        eprintln!("  $ {}", result.command);
+        let layout = if name == "vllm-kv" {
+            "?layout=map"
+        } else {
+            "?layout=array"
+        };
+        reset_engines_with(client, engines, layout).await;
+        let log = args.log_dir.join(format!("{name}.log"));
+        let mut started = match Proc::spawn(&program, &argv, log) {
+            Ok(process) => process,
+            Err(error) => {
+                result.error = Some(format!("cannot start: {error}"));
+                return result;
+            }
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        if let Err(error) = wait_ready(
+            client,
+            &base,
+            &mut started,
+            Duration::from_secs(args.ready_timeout_secs),
+        )
+        .await
+        {
+            result.error = Some(error);
+            return result;
+        }
+        process = Some(started);
+        Target {
+            bases: Arc::new(vec![base]),
+            next: Arc::default(),
+        }
+    };
+    let pid = process.as_ref().map(Proc::pid);
+    let metrics_url = name
+        .starts_with("ours")
+        .then(|| format!("{}/metrics", target.bases[0]));
+
+    let hits = prefix_scenario(args, client, &target, engines).await;
+    eprintln!(
+        "  prefix-hit: {:.1}% of {} prompt blocks (ideal {:.1}%), engines got {:?}, {} errors, {:.1}s",
+        hits.hit_rate * 100.0,
+        hits.prompt_blocks,
+        hits.ideal_hit_rate * 100.0,
+        hits.per_engine_requests,
+        hits.errors,
+        hits.seconds
+    );
+    result.prefix = Some(hits);
+
+    for &size in &args.latency_words {
+        let (latency, tokenize) =
+            latency_scenario(args, client, &target, size, metrics_url.as_deref()).await;
+        eprintln!(
+            "  latency {size} words: p50 {:.0} µs, p99 {:.0} µs ({} errors){}",
+            latency.p50_us,
+            latency.p99_us,
+            latency.errors,
+            tokenize
+                .as_ref()
+                .map(|t| format!(", tokenize mean {:.0} µs", t.mean_us))
+                .unwrap_or_default()
+        );
+        result.latency.insert(size.to_string(), latency);
+        if let Some(tokenize) = tokenize {
+            result.tokenize.insert(size.to_string(), tokenize);
+        }
+    }
+
+    let (throughput, memory) = throughput_scenario(args, client, &target, pid).await;
+    eprintln!(
+        "  throughput: {:.0} req/s ({} errors, {} incomplete){}",
+        throughput.requests_per_s,
+        throughput.errors,
+        throughput.incomplete_streams,
+        memory
+            .as_ref()
+            .map(|m| format!(", peak RSS {:.1} MiB", m.peak_rss_kib as f64 / 1024.0))
+            .unwrap_or_default()
+    );
+    result.throughput = Some(throughput);
+    result.memory = memory;
+
+    if let Some(mut process) = process {
+        if let Some(status) = process.exited() {
+            result.error = Some(format!("exited during the run ({status})"));
+        }
+        process.stop(Duration::from_secs(5));
+    }
+    result
+}
+
+fn fmt(value: f64, digits: usize) -> String {
+    if value.is_finite() {
+        format!("{value:.digits$}")
+    } else {
+        "-".to_owned()
+    }
+}
+
+fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let cell = |f: &dyn Fn(&GatewayResult) -> Option<String>| -> Vec<String> {
+        results
+            .iter()
+            .map(|r| {
+                if r.error.is_some() && r.throughput.is_none() {
+                    "failed".into()
+                } else {
+                    f(r).unwrap_or_else(|| "-".into())
+                }
+            })
+            .collect()
+    };
+    for size in &args.latency_words {
+        let key = size.to_string();
+        rows.push((
+            format!("added latency p50, {size} w (µs)"),
+            cell(&|r| r.added_p50_us.get(&key).map(|v| fmt(*v, 0))),
+        ));
+        rows.push((
+            format!("added latency p99, {size} w (µs)"),
+            cell(&|r| r.added_p99_us.get(&key).map(|v| fmt(*v, 0))),
+        ));
+        rows.push((
+            format!("latency p50 / p99, {size} w (µs)"),
+            cell(&|r| {
+                r.latency
+                    .get(&key)
+                    .map(|l| format!("{} / {}", fmt(l.p50_us, 0), fmt(l.p99_us, 0)))
+            }),
+        ));
+        rows.push((
+            format!("tokenize mean, {size} w (µs)"),
+            cell(&|r| r.tokenize.get(&key).map(|t| fmt(t.mean_us, 0))),
+        ));
+    }
+    rows.push((
+        format!(
+            "throughput c={} stream {} tok (req/s)",
+            args.concurrency, args.answer_tokens
+        ),
+        cell(&|r| r.throughput.as_ref().map(|t| fmt(t.requests_per_s, 0))),
+    ));
+    rows.push((
+        "  errors / incomplete streams".into(),
+        cell(&|r| {
+            r.throughput
+                .as_ref()
+                .map(|t| format!("{} / {}", t.errors, t.incomplete_streams))
+        }),
+    ));
+    rows.push((
+        "gateway CPU per request (ms)".into(),
+        cell(&|r| {
+            r.throughput
+                .as_ref()
+                .filter(|_| r.memory.is_some())
+                .map(|t| fmt(t.gateway_cpu_ms_per_request, 3))
+        }),
+    ));
+    rows.push((
+        "RSS idle → peak under load (MiB)".into(),
+        cell(&|r| {
+            r.memory.as_ref().map(|m| {
+                format!(
+                    "{} → {}",
+                    fmt(m.idle_rss_kib as f64 / 1024.0, 1),
+                    fmt(m.peak_rss_kib as f64 / 1024.0, 1)
+                )
+            })
+        }),
+    ));
+    rows.push((
+        "VmHWM after the run (MiB)".into(),
+        cell(&|r| r.memory.as_ref().map(|m| fmt(m.hwm_kib as f64 / 1024.0, 1))),
+    ));
+    rows.push((
+        format!(
+            "prefix-hit rate ({} req, {} prefixes) %",
+            args.prefix_requests, args.prefixes
+        ),
+        cell(&|r| r.prefix.as_ref().map(|p| fmt(p.hit_rate * 100.0, 1))),
+    ));
+    rows.push((
+        "  requests per engine".into(),
+        cell(&|r| {
+            r.prefix.as_ref().map(|p| {
+                p.per_engine_requests
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+        }),
+    ));
+    let ideal = results
+        .iter()
+        .find_map(|r| r.prefix.as_ref().map(|p| p.ideal_hit_rate))
+        .unwrap_or(f64::NAN);
+    let width0 = rows
+        .iter()
+        .map(|(label, _)| label.chars().count())
+        .max()
+        .unwrap_or(10);
+    let widths: Vec<usize> = results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            rows.iter()
+                .map(|(_, cells)| cells[i].chars().count())
+                .chain(std::iter::once(r.name.len()))
+                .max()
+                .unwrap_or(8)
+        })
+        .collect();
+    let mut out = String::new();
+    out.push_str(&format!("{:<width0$}", "", width0 = width0));
+    for (r, w) in results.iter().zip(&widths) {
+        out.push_str(&format!(" | {:>w$}", r.name, w = *w));
+    }
+    out.push('\n');
+    out.push_str(&"-".repeat(width0 + widths.iter().map(|w| w + 3).sum::<usize>()));
+    out.push('\n');
+    for (label, cells) in &rows {
+        out.push_str(&format!("{label:<width0$}"));
+        for (cell, w) in cells.iter().zip(&widths) {
+            out.push_str(&format!(" | {cell:>w$}", w = *w));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "ideal prefix-hit rate (perfect affinity, no eviction): {}%\n",
+        fmt(ideal * 100.0, 1)
+    ));
+    for r in results {
+        if let Some(error) = &r.error {
+            out.push_str(&format!(
+                "{}: {}\n",
+                r.name,
+                error.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    out
+}
+
+pub async fn run(args: RunArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.log_dir).map_err(|e| e.to_string())?;
+    if args.gateways.iter().any(|g| g.starts_with("ours"))
+        && !args.model_dir.join("tokenizer.json").is_file()
+    {
+        words::write_fixture(&args.model_dir).map_err(|e| e.to_string())?;
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let ports_file = args.log_dir.join("engines.json");
+    let _ = std::fs::remove_file(&ports_file);
+    let engine_args: Vec<String> = vec![
+        "engines".into(),
+        "--count".into(),
+        args.engines.to_string(),
+        "--lru-blocks".into(),
+        args.lru_blocks.to_string(),
+        "--ports-file".into(),
+        ports_file.display().to_string(),
+    ];
+    let mut engine_process = Proc::spawn(&exe, &engine_args, args.log_dir.join("engines.log"))
+        .map_err(|e| format!("cannot start the fake engines: {e}"))?;
+    let started = Instant::now();
+    let engines: Vec<EngineAddress> = loop {
+        if let Ok(text) = std::fs::read_to_string(&ports_file)
+            && let Ok(engines) = serde_json::from_str(&text)
+        {
+            break engines;
+        }
+        if engine_process.exited().is_some() || started.elapsed() > Duration::from_secs(20) {
+            return Err(format!(
+                "the fake engines did not start:\n{}",
+                engine_process.log_tail(20)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "{} fake engines: {}",
+        engines.len(),
+        engines
+            .iter()
+            .map(|e| e.http.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let client = Client::new(args.concurrency.max(args.prefix_concurrency) * 2);
+    let mut results: Vec<GatewayResult> = Vec::new();
+    let run_started = Instant::now();
+    for (index, name) in args.gateways.iter().enumerate() {
+        eprintln!(
+            "[{}/{}] {name} (t+{:.0}s)",
+            index + 1,
+            args.gateways.len(),
+            run_started.elapsed().as_secs_f64()
+        );
+        let result = run_one(&args, name, &client, &engines).await;
+        if let Some(error) = &result.error {
+            eprintln!("  {name} FAILED: {error}");
+        }
+        results.push(result);
+    }
+    if let Some(direct) = results.iter().find(|r| r.name == "direct").cloned() {
+        for result in &mut results {
+            for (size, latency) in &result.latency.clone() {
+                if let Some(base) = direct.latency.get(size) {
+                    result
+                        .added_p50_us
+                        .insert(size.clone(), latency.p50_us - base.p50_us);
+                    result
+                        .added_p99_us
+                        .insert(size.clone(), latency.p99_us - base.p99_us);
+                }
+            }
+        }
+    }
+    let table = render_table(&args, &results);
+    println!("\n{table}");
+    let report = json!({
+        "settings": {
+            "engines": args.engines, "lru_blocks_per_engine": args.lru_blocks, "block_size": BLOCK_SIZE,
+            "latency_requests": args.latency_requests, "latency_warmup": args.latency_warmup,
+            "latency_words": args.latency_words, "concurrency": args.concurrency,
+            "answer_tokens": args.answer_tokens, "throughput_secs": args.throughput_secs,
+            "throughput_prompt_words": args.throughput_prompt_words,
+            "prefix_requests": args.prefix_requests, "prefixes": args.prefixes,
+            "prefix_words": args.prefix_words, "suffix_words": args.suffix_words,
+            "prefix_concurrency": args.prefix_concurrency,
+        },
+        "results": results,
+        "table": table,
+    });
+    std::fs::write(
+        &args.out,
+        serde_json::to_vec_pretty(&report).unwrap_or_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    eprintln!("report: {}", args.out.display());
+    engine_process.stop(Duration::from_secs(3));
+    Ok(())
+}
