@@ -416,24 +416,30 @@ mod tests {
         assert_eq!(cache.len(), 3);
     }
 
-    /// A model: a map of (worker, block) → (expiry, position), expired by a scan and pruned by
-    /// sorting; the cache must remove the same entries in the same order.
-    #[test]
-    fn agrees_with_a_simple_model() {
-        let rng = crate::rng::SplitMix64::seeded(7);
-        let max = 40;
-        let config = config(20, max, 0.5);
+    /// One step of a model check: time passes, then a prompt is booked on a worker.
+    #[derive(Clone, Copy, Debug)]
+    struct Step {
+        advance_ms: u64,
+        worker: u64,
+        prefix: u64,
+        len: u64,
+    }
+
+    /// Runs `steps` through the cache and through a model (a map of (worker, block) →
+    /// (expiry, booking number, position), expired by a scan and pruned by sorting: oldest
+    /// expiry first, bookings of the same instant in booking order, deepest block first); the
+    /// cache must remove the same entries in the same order and hold as many.
+    fn check_against_model(config: ApproximateConfig, steps: &[Step]) {
         let mut cache = PredictedCache::new(config);
-        let mut model: BTreeMap<(WorkerId, u64), (Duration, u32)> = BTreeMap::new();
+        let mut model: BTreeMap<(WorkerId, u64), (Duration, usize, u32)> = BTreeMap::new();
         let mut now = Duration::ZERO;
-        for _ in 0..2_000 {
-            now += Duration::from_millis(1 + rng.next_u64() % 3_000);
-            let worker = w(rng.next_u64() % 3);
-            let start = rng.next_u64() % 8;
-            let len = rng.next_u64() % 12;
-            // Prompts share their leading blocks: block k of prefix `start`.
-            let prompt: Vec<SequenceHash> =
-                (0..len).map(|k| SequenceHash(start * 100 + k)).collect();
+        for (booking, step) in steps.iter().enumerate() {
+            now += Duration::from_millis(step.advance_ms);
+            let worker = w(step.worker);
+            // Prompts share their leading blocks: block k of prefix `prefix`.
+            let prompt: Vec<SequenceHash> = (0..step.len)
+                .map(|k| SequenceHash(step.prefix * 100 + k))
+                .collect();
             let mut removed = Vec::new();
             cache.expire(now, &mut removed);
             cache.record(worker, &prompt, now);
@@ -442,31 +448,65 @@ mod tests {
             let mut expected = Vec::new();
             let mut due: Vec<_> = model
                 .iter()
-                .filter(|(_, (expiry, _))| *expiry <= now)
-                .map(|(&(w, b), &(e, p))| (e, Reverse(p), w, b))
+                .filter(|(_, (expiry, _, _))| *expiry <= now)
+                .map(|(&(w, b), &(e, n, p))| (e, n, Reverse(p), w, b))
                 .collect();
             due.sort();
-            for (_, _, w, b) in due {
+            for (_, _, _, w, b) in due {
                 model.remove(&(w, b));
                 expected.push((w, SequenceHash(b)));
             }
             for (k, block) in prompt.iter().enumerate() {
-                model.insert((worker, block.0), (now + config.ttl, k as u32));
+                model.insert((worker, block.0), (now + config.ttl, booking, k as u32));
             }
-            if model.len() > max {
+            if model.len() > config.max_tree_size {
                 let mut all: Vec<_> = model
                     .iter()
-                    .map(|(&(w, b), &(e, p))| (e, Reverse(p), w, b))
+                    .map(|(&(w, b), &(e, n, p))| (e, n, Reverse(p), w, b))
                     .collect();
                 all.sort();
                 let excess = model.len() - config.target_size();
-                for (_, _, w, b) in all.into_iter().take(excess) {
+                for (_, _, _, w, b) in all.into_iter().take(excess) {
                     model.remove(&(w, b));
                     expected.push((w, SequenceHash(b)));
                 }
             }
             assert_eq!(removed, expected, "at {now:?}");
             assert_eq!(cache.len(), model.len());
+        }
+    }
+
+    #[test]
+    fn agrees_with_a_simple_model() {
+        let rng = crate::rng::SplitMix64::seeded(7);
+        let steps: Vec<Step> = (0..2_000)
+            .map(|_| Step {
+                advance_ms: 1 + rng.next_u64() % 3_000,
+                worker: rng.next_u64() % 3,
+                prefix: rng.next_u64() % 8,
+                len: rng.next_u64() % 12,
+            })
+            .collect();
+        check_against_model(config(20, 40, 0.5), &steps);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
+
+        /// TTL expiry and pruning agree with the model for any TTL, size limit, target ratio
+        /// and booking sequence.
+        #[test]
+        fn expiry_and_pruning_agree_with_the_model(
+            ttl_secs in 0u64..30,
+            max in 1usize..60,
+            ratio in 0.05f64..=1.0,
+            raw in proptest::collection::vec((0u64..5_000, 0u64..4, 0u64..6, 0u64..14), 1..300),
+        ) {
+            let steps: Vec<Step> = raw
+                .into_iter()
+                .map(|(advance_ms, worker, prefix, len)| Step { advance_ms, worker, prefix, len })
+                .collect();
+            check_against_model(config(ttl_secs, max, ratio), &steps);
         }
     }
 }
