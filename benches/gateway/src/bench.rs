@@ -553,7 +553,7 @@ fn gateway_command(
     let urls: Vec<String> = engines.iter().map(|e| e.http.clone()).collect();
     let metrics_port = procs::free_port().to_string();
     let program = match name {
-        "ours" | "ours-nohints" | "ours-affine" => {
+        "ours" | "ours-nohints" | "ours-affine" | "ours-predicted" => {
             if name == "ours-nohints" {
                 // Engines that cannot fetch KV from a peer: the cost config without hints.
                 argv.push("serve".into());
@@ -571,7 +571,7 @@ fn gateway_command(
                 let affine =
                     Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/cache-affine.yaml");
                 let config = match name {
-                    "ours-affine" => Some(affine),
+                    "ours-affine" | "ours-predicted" => Some(affine),
                     _ => args.ours_config.clone(),
                 };
                 if let Some(config) = config {
@@ -581,6 +581,11 @@ fn gateway_command(
                 argv.extend(["--gateway", "--host", "127.0.0.1", "--port"].map(String::from));
             }
             argv.push(port.to_string());
+            if name == "ours-predicted" {
+                // The router's own bookings count as cached for a few seconds, until the
+                // engines' events arrive (upstream's router_predicted_ttl_secs).
+                argv.extend(["--router-predicted-ttl-secs", "5"].map(String::from));
+            }
             argv.push("--model".into());
             argv.push(format!("bench={}", absolute(&args.model_dir).display()));
             for engine in engines {
@@ -638,7 +643,7 @@ fn gateway_command(
         }
         other => {
             return Err(format!(
-                "unknown gateway `{other}` (direct, ours, ours-affine, ours-nohints, sglang, vllm, vllm-kv)"
+                "unknown gateway `{other}` (direct, ours, ours-affine, ours-predicted, ours-nohints, sglang, vllm, vllm-kv)"
             ));
         }
     };
