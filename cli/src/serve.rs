@@ -96,7 +96,7 @@ pub struct ServeArgs {
     pub workers: Vec<String>,
     /// Where a booked worker reads its hint envelope: `body` (vLLM's
     /// `kv_transfer_params.kv_hint`) or `header` (`x-dynamo-kv-hint`, for SGLang).
-    #[arg(long, value_name = "WHERE", default_value = "body", value_parser = crate::serve_gateway::parse_hint_delivery)]
+    #[arg(long, value_name = "WHERE", default_value = "body")]
     pub hint_delivery: kv_router_service::gateway::hint_delivery::HintDelivery,
     /// Re-bookings on another worker after a worker fails before its first byte.
     #[arg(long, value_name = "N", default_value_t = 2)]

@@ -7,7 +7,6 @@
 use crate::command_error::CommandError;
 use crate::serve::ServeArgs;
 use kv_router_service::SelectionService;
-use kv_router_service::gateway::hint_delivery::HintDelivery;
 use kv_router_service::gateway::model_tokenizer::ModelTokenizer;
 use kv_router_service::gateway::static_worker::{StaticWorkerDefaults, parse_static_worker};
 use kv_router_service::gateway::{Gateway, GatewayOptions, ServedModel};
@@ -148,9 +147,4 @@ pub fn register_static_workers(
         )?;
     }
     Ok(())
-}
-
-/// Parses `--hint-delivery`.
-pub fn parse_hint_delivery(text: &str) -> Result<HintDelivery, String> {
-    text.parse()
 }

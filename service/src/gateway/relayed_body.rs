@@ -8,7 +8,7 @@
 use super::booking_guard::BookingGuard;
 use super::gateway_metrics::WorkerCounters;
 use super::openai_error::OpenAiError;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
@@ -31,8 +31,6 @@ pub struct RelayAccounting {
 /// The client's view of the worker's answer.
 pub struct RelayedBody {
     first: Option<Frame<Bytes>>,
-    /// A frame (or error) read while coalescing, sent next.
-    stashed: Option<Result<Frame<Bytes>, hyper::Error>>,
     upstream: Option<Incoming>,
     accounting: Option<RelayAccounting>,
     stream: bool,
@@ -49,7 +47,6 @@ impl RelayedBody {
     ) -> Self {
         Self {
             first,
-            stashed: None,
             upstream: Some(upstream),
             accounting: Some(accounting),
             stream,
@@ -65,71 +62,6 @@ impl RelayedBody {
                 .observe(accounting.arrived.elapsed());
             drop(accounting.booking);
         }
-    }
-}
-
-impl Drop for RelayedBody {
-    fn drop(&mut self) {
-        if let Some(accounting) = self.accounting.take() {
-            accounting
-                .counters
-                .disconnects
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::debug!(
-                worker_id = accounting.worker_id,
-                selection_id = accounting.booking.selection_id(),
-                "client went away before the answer ended; booking released, worker request dropped"
-            );
-        }
-    }
-}
-
-/// Frames already waiting are sent as one: a token stream's events that arrived together
-/// cost one write, not one each. Never more than this many bytes at once.
-const COALESCE_LIMIT: usize = 64 * 1024;
-
-impl RelayedBody {
-    /// The next frame from upstream, or the one put back by the last coalescing.
-    fn poll_upstream(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(stashed) = self.stashed.take() {
-            return Poll::Ready(Some(stashed));
-        }
-        match self.upstream.as_mut() {
-            Some(upstream) => Pin::new(upstream).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    /// `first` and every data frame already waiting behind it, as one frame.
-    fn coalesce(&mut self, first: Bytes, cx: &mut Context<'_>) -> Frame<Bytes> {
-        let mut joined: Option<BytesMut> = None;
-        loop {
-            let len = joined.as_ref().map_or(first.len(), BytesMut::len);
-            if len >= COALESCE_LIMIT || self.upstream.is_none() {
-                break;
-            }
-            match self.poll_upstream(cx) {
-                Poll::Ready(Some(Ok(frame))) if frame.is_data() => {
-                    let Ok(data) = frame.into_data() else { break };
-                    joined
-                        .get_or_insert_with(|| BytesMut::from(first.as_ref()))
-                        .extend_from_slice(&data);
-                }
-                Poll::Ready(Some(other)) => {
-                    self.stashed = Some(other);
-                    break;
-                }
-                Poll::Ready(None) => {
-                    self.finish();
-                    break;
-                }
-                Poll::Pending => break,
-            }
-        }
-        Frame::data(joined.map_or(first, BytesMut::freeze))
     }
 
     /// Accounts for an upstream failure; the stream's closing error event, if it is one.
@@ -155,6 +87,22 @@ impl RelayedBody {
     }
 }
 
+impl Drop for RelayedBody {
+    fn drop(&mut self) {
+        if let Some(accounting) = self.accounting.take() {
+            accounting
+                .counters
+                .disconnects
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(
+                worker_id = accounting.worker_id,
+                selection_id = accounting.booking.selection_id(),
+                "client went away before the answer ended; booking released, worker request dropped"
+            );
+        }
+    }
+}
+
 impl Body for RelayedBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -170,16 +118,12 @@ impl Body for RelayedBody {
             }
             return Poll::Ready(Some(Ok(frame)));
         }
-        if this.upstream.is_none() && this.stashed.is_none() {
+        let Some(upstream) = this.upstream.as_mut() else {
             return Poll::Ready(None);
-        }
-        match this.poll_upstream(cx) {
+        };
+        match Pin::new(upstream).poll_frame(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => {
-                let frame = match frame.into_data() {
-                    Ok(data) => this.coalesce(data, cx),
-                    Err(frame) => frame,
-                };
                 // hyper stops polling a body that says it ended: account for it now.
                 if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
                     this.finish();
@@ -195,9 +139,7 @@ impl Body for RelayedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none()
-            && self.stashed.is_none()
-            && self.upstream.as_ref().is_none_or(Body::is_end_stream)
+        self.first.is_none() && self.upstream.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -4,6 +4,10 @@
 
 pub mod fake_engine;
 
+// The service tests' own helpers (configuration loading, the default configuration).
+#[path = "../common/mod.rs"]
+mod common;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
@@ -60,15 +64,8 @@ pub async fn start_gateway_with(
     options: GatewayOptions,
     ingress: Arc<dyn kv_router_service::ingress::KvEventIngress>,
 ) -> TestGateway {
-    use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
-    use dynamo_kv_router::plugins::PolicyRegistry;
-    use dynamo_router_catalog as _;
-    let registry = PolicyRegistry::linked().expect("linked policies");
-    let source = ConfigSource::new("test.yaml", yaml);
-    let setup = config::load(&source, &registry, &ConfigOverrides::default())
-        .unwrap_or_else(|error| panic!("{}", error.render(&source.text)));
     let service = Arc::new(SelectionService::new(
-        setup,
+        common::setup(yaml),
         dynamo_kv_router::router::RouterOptions::default(),
         ingress,
     ));
@@ -104,8 +101,8 @@ pub async fn start_gateway_with(
     }
 }
 
-/// The default cost function without hints.
-pub const DEFAULT_YAML: &str = "router_mode: kv\nblock_size: 16\nworker_selection:\n  aggregated:\n    type: dynamo-default-cost-fn\n    hints: []\n";
+#[allow(unused_imports)] // not every gateway test uses it
+pub use common::DEFAULT_YAML;
 
 impl TestGateway {
     /// Registers worker `id` at `endpoint` for [`MODEL`].
