@@ -5,7 +5,7 @@
 
 use crate::command_error::CommandError;
 use clap::Args;
-use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
+use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource, NatsSettings};
 use dynamo_kv_router::plugins::PolicyRegistry;
 use dynamo_kv_router::router::{RouterMode, RouterOptions, RouterSetup};
 use kv_router_replay::BUILTIN_CONFIGS;
@@ -118,7 +118,8 @@ pub fn run(
     registry: &PolicyRegistry,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let setup = load_setup(args, registry)?;
+    let (setup, file_nats) = load_setup(args, registry)?;
+    let nats = args.nats.effective(file_nats.as_ref())?;
     init_logging();
     if !args.workers.is_empty() && args.simulate.is_some() {
         return Err(serve_error(
@@ -129,7 +130,7 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|error| serve_error(format!("cannot start the async runtime: {error}")))?;
-    runtime.block_on(serve(args, setup, out))
+    runtime.block_on(serve(args, setup, nats, out))
 }
 
 /// Logs go to standard error, filtered by `RUST_LOG` (default: warnings and errors; e.g.
@@ -148,7 +149,10 @@ fn serve_error(message: String) -> CommandError {
     CommandError::Serve { message }
 }
 
-fn load_setup(args: &ServeArgs, registry: &PolicyRegistry) -> Result<RouterSetup, CommandError> {
+fn load_setup(
+    args: &ServeArgs,
+    registry: &PolicyRegistry,
+) -> Result<(RouterSetup, Option<NatsSettings>), CommandError> {
     let overrides = ConfigOverrides {
         router_mode: args.router_mode,
     };
@@ -161,7 +165,7 @@ fn load_setup(args: &ServeArgs, registry: &PolicyRegistry) -> Result<RouterSetup
             ConfigSource::new(name, text)
         }
     };
-    config::load(&source, registry, &overrides).map_err(|error| CommandError::Config {
+    config::load_with_nats(&source, registry, &overrides).map_err(|error| CommandError::Config {
         rendered: error.render(&source.text),
     })
 }
@@ -169,15 +173,21 @@ fn load_setup(args: &ServeArgs, registry: &PolicyRegistry) -> Result<RouterSetup
 async fn serve(
     args: &ServeArgs,
     setup: RouterSetup,
+    nats: Option<crate::serve_nats::EffectiveNats>,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let block_size = setup.block_size;
     let gateway = crate::serve_gateway::GatewaySetup::from_args(args)?;
     let static_workers = crate::serve_gateway::static_workers(args, block_size)?;
-    let nats_ingress = if args.no_kv_events {
-        None
-    } else {
-        args.nats.start(out).await?
+    let nats_ingress = match (&nats, args.no_kv_events) {
+        (Some(nats), false) => {
+            let checkpoint_every = args
+                .snapshot
+                .as_ref()
+                .map(|_| std::time::Duration::from_secs(args.snapshot_interval));
+            Some(nats.connect(checkpoint_every, out).await?)
+        }
+        _ => None,
     };
     let ingress: Arc<dyn KvEventIngress> = if args.no_kv_events {
         Arc::new(NoIngress)
@@ -277,12 +287,17 @@ async fn serve(
         None => None,
     };
     let replicas = crate::serve_replicas::ReplicaSetup::from_args(args)?;
-    let started = replicas.start(&service, &args.host, out).await?;
-    // Over NATS (`--nats` without `--replica-sync-port`): join, then report ready.
-    let nats_sync = args
-        .nats
-        .start_replica_sync(&service, args.replica_sync_port.is_some(), out)
+    let started = replicas
+        .start(&service, &args.host, nats_ingress.as_ref(), out)
         .await?;
+    // Over NATS (`--nats` without `--replica-sync-port`): join, then report ready.
+    let nats_sync = match &nats {
+        Some(nats) => {
+            nats.start_replica_sync(&service, args.replica_sync_port.is_some(), out)
+                .await?
+        }
+        None => None,
+    };
     if let Some(sync) = &nats_sync {
         writeln!(out, "{}", sync.warm_start(nats_ingress.as_deref()).await)?;
     }
@@ -291,6 +306,6 @@ async fn serve(
         .run(crate::serve_replicas::shutdown_signal())
         .await
         .map_err(|error| serve_error(format!("the service stopped: {error}")));
-    started.shut_down(&service, out);
+    started.shut_down(&service, out).await;
     served
 }

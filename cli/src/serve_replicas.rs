@@ -5,9 +5,10 @@
 use crate::command_error::CommandError;
 use crate::serve::ServeArgs;
 use kv_router_service::SelectionService;
+use kv_router_service::nats::NatsIngress;
 use kv_router_service::replica::warm_start::{PeerLimits, StartKind, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
-use kv_router_service::snapshot::RouterState;
+use kv_router_service::snapshot::{EventPlanePosition, RouterState, SnapshotError};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub struct ReplicaSetup {
 pub struct StartedReplica {
     _sync: Option<Arc<ReplicaSync>>,
     snapshot: Option<(PathBuf, JoinHandle<()>)>,
+    nats: Option<Arc<NatsIngress>>,
 }
 
 fn error(message: String) -> CommandError {
@@ -80,12 +82,19 @@ impl ReplicaSetup {
         })
     }
 
-    /// Starts the booking sync, then the state: from a peer, else the snapshot, else cold.
-    /// Prints what it did.
+    /// Whether a snapshot file is kept (`--snapshot`).
+    pub fn keeps_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// Starts the booking sync, then the state: from a peer, else the snapshot, else cold;
+    /// then the NATS consumer, if any, after the restored checkpoint's position (or from the
+    /// stream's start). Prints what it did.
     pub async fn start(
         self,
         service: &Arc<SelectionService>,
         host: &str,
+        nats: Option<&Arc<NatsIngress>>,
         out: &mut dyn Write,
     ) -> Result<StartedReplica, CommandError> {
         let sync = match self.sync_port {
@@ -110,12 +119,20 @@ impl ReplicaSetup {
         }
         let spinner = spinner("warm start: asking the peers for their state");
         let mut start = warm_start(service, &self.http_peers, self.peer_limits).await;
+        let mut position = None;
         if let (StartKind::Cold { .. }, Some(path)) = (&start, &self.snapshot) {
             spinner.set_message(format!("warm start: loading {}", path.display()));
-            start = load_snapshot(service, path, &start, out)?;
+            (start, position) = load_snapshot(service, path, &start, out)?;
         }
         spinner.finish_and_clear();
         writeln!(out, "{start}")?;
+        if let Some(nats) = nats {
+            let resumed = nats
+                .begin(position.as_ref())
+                .await
+                .map_err(|e| error(e.to_string()))?;
+            writeln!(out, "NATS consumer {}: {resumed}", nats.options().consumer)?;
+        }
         if let Some(sync) = &sync {
             sync.set_ready(true);
         }
@@ -124,12 +141,14 @@ impl ReplicaSetup {
                 Arc::clone(service),
                 path.clone(),
                 self.snapshot_interval,
+                nats.cloned(),
             ));
             (path, task)
         });
         Ok(StartedReplica {
             _sync: sync,
             snapshot,
+            nats: nats.cloned(),
         })
     }
 }
@@ -147,57 +166,92 @@ fn spinner(message: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// Restores the snapshot at `path`; returns how the replica started and, when the snapshot
+/// was restored, the event-plane position it recorded.
 fn load_snapshot(
     service: &SelectionService,
     path: &std::path::Path,
     cold: &StartKind,
     out: &mut dyn Write,
-) -> Result<StartKind, CommandError> {
+) -> Result<(StartKind, Option<EventPlanePosition>), CommandError> {
     let started = Instant::now();
+    let unusable = || StartKind::Cold {
+        reason: format!("the snapshot {} was not usable", path.display()),
+    };
     let state = match RouterState::read(path) {
         Ok(Some(state)) => state,
         Ok(None) => {
             writeln!(out, "no snapshot at {} yet", path.display())?;
-            return Ok(cold.clone());
+            return Ok((cold.clone(), None));
         }
         Err(problem) => {
             writeln!(out, "{problem}")?;
-            return Ok(StartKind::Cold {
-                reason: format!("the snapshot {} was not usable", path.display()),
-            });
+            return Ok((unusable(), None));
         }
     };
+    let position = state.event_plane.clone();
     match state.apply(service) {
-        Ok(restored) => Ok(StartKind::Warm {
-            peer: format!("snapshot {}", path.display()),
-            restored,
-            took: started.elapsed(),
-        }),
+        Ok(restored) => Ok((
+            StartKind::Warm {
+                peer: format!("snapshot {}", path.display()),
+                restored,
+                took: started.elapsed(),
+            },
+            position,
+        )),
         Err(problem) => {
             writeln!(out, "{problem}")?;
-            Ok(StartKind::Cold {
-                reason: format!("the snapshot {} was not usable", path.display()),
-            })
+            Ok((unusable(), None))
         }
     }
 }
 
-async fn write_periodically(service: Arc<SelectionService>, path: PathBuf, every: Duration) {
+/// Writes the snapshot (through the NATS ingress when there is one: a checkpoint, then its
+/// acknowledgement); returns what to print.
+async fn write_snapshot(
+    service: &Arc<SelectionService>,
+    path: &std::path::Path,
+    nats: Option<&NatsIngress>,
+) -> Result<String, SnapshotError> {
+    if let Some(nats) = nats {
+        let written = nats.write_checkpoint(service, path).await?;
+        return Ok(format!(
+            "snapshot written to {} ({} blocks, stream sequence {}{})",
+            path.display(),
+            written.blocks,
+            written.stream_seq,
+            if written.acknowledged {
+                ", acknowledged"
+            } else {
+                ""
+            }
+        ));
+    }
+    let state = RouterState::capture(service)?;
+    let blocks = state.blocks();
+    let owned = path.to_owned();
+    tokio::task::spawn_blocking(move || state.write(&owned))
+        .await
+        .map_err(|error| SnapshotError::Malformed(format!("the writer stopped: {error}")))??;
+    Ok(format!(
+        "snapshot written to {} ({blocks} blocks)",
+        path.display()
+    ))
+}
+
+async fn write_periodically(
+    service: Arc<SelectionService>,
+    path: PathBuf,
+    every: Duration,
+    nats: Option<Arc<NatsIngress>>,
+) {
     let mut ticks = tokio::time::interval(every);
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        let state = match RouterState::capture(&service) {
-            Ok(state) => state,
-            Err(problem) => {
-                eprintln!("warning: cannot write the snapshot: {problem}");
-                continue;
-            }
-        };
-        let path = path.clone();
-        let written = tokio::task::spawn_blocking(move || state.write(&path)).await;
-        if let Ok(Err(problem)) = written {
-            eprintln!("warning: cannot write the snapshot: {problem}");
+        match write_snapshot(&service, &path, nats.as_deref()).await {
+            Ok(_) => {}
+            Err(problem) => eprintln!("warning: cannot write the snapshot: {problem}"),
         }
     }
 }
@@ -221,23 +275,11 @@ pub async fn shutdown_signal() {
 
 impl StartedReplica {
     /// Stops the periodic writer and writes the final snapshot.
-    pub fn shut_down(self, service: &SelectionService, out: &mut dyn Write) {
+    pub async fn shut_down(self, service: &Arc<SelectionService>, out: &mut dyn Write) {
         if let Some((path, task)) = self.snapshot {
             task.abort();
-            let state = match RouterState::capture(service) {
-                Ok(state) => state,
-                Err(problem) => {
-                    let _ = writeln!(out, "{problem}");
-                    return;
-                }
-            };
-            let blocks = state.blocks();
-            let _ = match state.write(&path) {
-                Ok(()) => writeln!(
-                    out,
-                    "snapshot written to {} ({blocks} blocks)",
-                    path.display()
-                ),
+            let _ = match write_snapshot(service, &path, self.nats.as_deref()).await {
+                Ok(written) => writeln!(out, "{written}"),
                 Err(problem) => writeln!(out, "{problem}"),
             };
             let _ = out.flush();

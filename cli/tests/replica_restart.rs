@@ -8,11 +8,9 @@ use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
 use kv_router_service::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a background effect may take before the test fails.
@@ -21,74 +19,11 @@ const WAIT: Duration = Duration::from_secs(15);
 const BLOCK: usize = 16;
 const ENGINES: u64 = 4;
 
-/// A `kv-router serve` process and the lines it printed.
-struct Replica {
-    child: Child,
-    http: SocketAddr,
-    sync: Option<String>,
-    lines: Arc<Mutex<Vec<String>>>,
-}
+#[path = "serve_process/mod.rs"]
+mod serve_process;
 
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Replica {
-    fn spawn(args: &[&str]) -> Replica {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kv-router"))
-            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the kv-router binary starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel();
-        let seen = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line.clone());
-                seen.lock().unwrap().push(line);
-            }
-        });
-        let (mut http, mut sync) = (None, None);
-        let wants_sync = args.contains(&"--replica-sync-port");
-        while http.is_none() || (wants_sync && sync.is_none()) {
-            let line = rx
-                .recv_timeout(Duration::from_secs(30))
-                .expect("the replica prints its addresses within 30 s");
-            if let Some(address) = line.strip_prefix("kv-router serving on http://") {
-                http = Some(address.parse().expect("a socket address"));
-            }
-            if let Some((_, endpoint)) = line.split_once(" publishing bookings on ") {
-                sync = Some(endpoint.to_owned());
-            }
-        }
-        Replica {
-            child,
-            http: http.unwrap(),
-            sync,
-            lines,
-        }
-    }
-
-    fn printed(&self, needle: &str) -> Option<String> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|line| line.contains(needle))
-            .cloned()
-    }
-
-    async fn client(&self) -> LoopbackClient {
-        LoopbackClient::connect(self.http).await.expect("connect")
-    }
-}
+/// A replica: a `kv-router serve` process.
+type Replica = serve_process::ServeProcess;
 
 fn stored(prompt: &[u32], blocks: usize, base: u64) -> Vec<u8> {
     encode_batch(&EngineEventBatch {

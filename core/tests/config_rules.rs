@@ -745,6 +745,55 @@ fn router_mode_and_block_size_are_checked() {
 }
 
 #[test]
+fn the_nats_mapping_is_checked_where_it_is_written() {
+    let source = |yaml: &str| dynamo_kv_router::config::ConfigSource::new("router.yaml", yaml);
+    let load_nats = |yaml: &str| {
+        dynamo_kv_router::config::load_with_nats(
+            &source(yaml),
+            &config_fixtures::registry(),
+            &dynamo_kv_router::config::ConfigOverrides::default(),
+        )
+        .map(|(_, nats)| ((), nats))
+    };
+    let base = "worker_selection:\n  decode: kvcr\n";
+    let (_, nats) = load_nats(&format!(
+        "{base}nats:\n  url: nats://127.0.0.1:4222\n  consumer: router-a\n"
+    ))
+    .unwrap();
+    let nats = nats.expect("the mapping is read");
+    assert_eq!(nats.url, "nats://127.0.0.1:4222");
+    assert_eq!(nats.consumer.as_deref(), Some("router-a"));
+    assert_eq!(nats.stream, None);
+    assert_eq!(load_nats(base).unwrap().1, None);
+    let error = load_nats(&format!("{base}nats:\n  url: 127.0.0.1:4222\n")).unwrap_err();
+    assert_eq!(at(&error), (4, 8));
+    assert!(
+        error
+            .to_string()
+            .contains("nats.url: `127.0.0.1:4222` is not usable: expected nats://host:port"),
+        "{error}"
+    );
+    let error = load_nats(&format!(
+        "{base}nats:\n  url: nats://h:1\n  stream: kv.events\n"
+    ))
+    .unwrap_err();
+    assert_eq!(at(&error), (5, 11));
+    let error = load_nats(&format!("{base}nats:\n  url: nats://h:1\n  subject: x\n")).unwrap_err();
+    assert!(
+        error.to_string().contains("unknown field `subject`"),
+        "{error}"
+    );
+    let error = load_nats(&format!("{base}nats:\n  stream: S\n")).unwrap_err();
+    assert!(error.to_string().contains("missing field `url`"), "{error}");
+    // `config::load` (what `kv-router check` runs) reports it too.
+    assert!(
+        failure(&format!("{base}nats:\n  url: tcp://h:1\n"))
+            .to_string()
+            .contains("nats.url")
+    );
+}
+
+#[test]
 fn the_first_mistake_in_file_order_is_reported() {
     let yaml = "\
 worker_selection:

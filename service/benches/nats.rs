@@ -108,6 +108,7 @@ async fn ingest(url: &str, namespace: &str, core: bool, envelopes: u64, events: 
         );
     }
     let total = ENGINES * envelopes * events * blocks;
+    let stored_before = stream_messages(url, &ingress).await;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (i, publisher) in publishers.into_iter().enumerate() {
@@ -124,10 +125,14 @@ async fn ingest(url: &str, namespace: &str, core: bool, envelopes: u64, events: 
                     publisher.publish(&batch).await.expect("publish");
                 }
             }
+            publisher
         }));
     }
+    // The publishers stay connected until the index is complete: an engine does not close
+    // its connection after a burst.
+    let mut connected = Vec::new();
     for task in tasks {
-        task.await.expect("publisher");
+        connected.push(task.await.expect("publisher"));
     }
     let published = started.elapsed();
     let held = || {
@@ -154,11 +159,21 @@ async fn ingest(url: &str, namespace: &str, core: bool, envelopes: u64, events: 
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let arrived = held();
+    drop(connected);
     let applied = if arrived >= total {
         started.elapsed()
     } else {
         last_change.duration_since(started)
     };
+    let stats = ingress.stats();
+    let stored_in_stream = stream_messages(url, &ingress).await - stored_before;
+    println!(
+        "  where blocks went: {} envelopes published, {stored_in_stream} stored in the stream, {} read by the consumer; {} ranks started over after a gap in their event ids, {} duplicates",
+        ENGINES * envelopes,
+        stats.messages.load(std::sync::atomic::Ordering::Relaxed),
+        stats.gaps.load(std::sync::atomic::Ordering::Relaxed),
+        stats.duplicates.load(std::sync::atomic::Ordering::Relaxed),
+    );
     println!(
         "ingest through NATS ({}): {ENGINES} engines × {envelopes} envelopes × {events} events × {blocks} blocks = {total} blocks: published in {:.2} s, {arrived} applied in {:.2} s: {:.0} blocks/s ({:.0} events/s) end to end",
         if core {
@@ -171,6 +186,16 @@ async fn ingest(url: &str, namespace: &str, core: bool, envelopes: u64, events: 
         arrived as f64 / applied.as_secs_f64(),
         (arrived / blocks) as f64 / applied.as_secs_f64(),
     );
+}
+
+/// The messages the ingress's stream holds now.
+async fn stream_messages(url: &str, ingress: &NatsIngress) -> u64 {
+    let client = async_nats::connect(url).await.expect("connect");
+    let mut stream = async_nats::jetstream::new(client)
+        .get_stream(&ingress.options().stream)
+        .await
+        .expect("stream");
+    stream.info().await.expect("stream info").state.messages
 }
 
 fn prompt(n: usize) -> Vec<u32> {

@@ -15,6 +15,7 @@
 
 use crate::selection_service::SelectionService;
 use crate::worker_record::{PartitionKey, WorkerRequest};
+use dynamo_kv_router::identity::WorkerId;
 use dynamo_kv_router::kv::RouterEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -41,6 +42,78 @@ pub struct RouterState {
     pub workers: Vec<serde_json::Value>,
     /// The index per partition, keyed `"model:group"` (`GET /dump`).
     pub dump: BTreeMap<String, DumpEntry>,
+    /// Where the event plane stood when the state was captured, for a router that reads a
+    /// durable stream (NATS JetStream): absent otherwise, and in files written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_plane: Option<EventPlanePosition>,
+}
+
+/// The point of a durable event stream a captured state holds exactly: every event up to
+/// `stream_seq` is in the state's index, none after it. A router restored from the state
+/// continues the stream after `stream_seq`, with each worker's event numbering continued
+/// after its `last_event_id` (so an event delivered again is a duplicate, not a gap).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventPlanePosition {
+    /// The stream (`DYNAMO_KV_EVENTS` by default).
+    pub stream: String,
+    /// The durable consumer that read it.
+    pub consumer: String,
+    /// The last stream sequence whose events the state holds.
+    pub stream_seq: u64,
+    /// The last envelope sequence applied per publisher (upstream's envelope dedupe).
+    pub publishers: Vec<PublisherPosition>,
+    /// The last event id applied per worker rank.
+    pub cursors: Vec<RankPosition>,
+}
+
+/// The last envelope a publisher's stream delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublisherPosition {
+    /// The envelope's `publisher_id`.
+    pub publisher_id: u64,
+    /// Its last envelope `sequence` applied.
+    pub sequence: u64,
+}
+
+/// The last event id a worker rank's index applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPosition {
+    /// The worker.
+    pub worker_id: u64,
+    /// Its data-parallel rank.
+    pub dp_rank: u32,
+    /// The last event id applied.
+    pub last_event_id: u64,
+}
+
+impl RankPosition {
+    /// Every worker rank's last applied event id in `service`'s indexes, sorted.
+    pub fn of_service(service: &SelectionService) -> Vec<RankPosition> {
+        let mut cursors: Vec<RankPosition> = service
+            .partitions()
+            .iter()
+            .flat_map(|partition| {
+                partition
+                    .router
+                    .workers()
+                    .into_iter()
+                    .filter_map(|(info, _)| {
+                        let last_event_id = partition
+                            .router
+                            .worker_index_state(info.id)?
+                            .last_event_id?;
+                        Some(RankPosition {
+                            worker_id: info.id.worker_id,
+                            dp_rank: info.id.dp_rank,
+                            last_event_id,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        cursors.sort_unstable_by_key(|cursor| (cursor.worker_id, cursor.dp_rank));
+        cursors
+    }
 }
 
 /// What applying a state did.
@@ -50,6 +123,26 @@ pub struct Restored {
     pub workers: usize,
     /// (worker, block) memberships restored into the index.
     pub blocks: usize,
+    /// Worker ranks whose event numbering continues where the state's event-plane position
+    /// says (0 without one).
+    pub resumed_ranks: usize,
+}
+
+/// Continues each rank's event numbering after its recorded id; returns how many ranks of
+/// registered workers it did.
+fn resume_numbering(service: &SelectionService, cursors: &[RankPosition]) -> usize {
+    let partitions = service.partitions();
+    cursors
+        .iter()
+        .filter(|cursor| {
+            let worker = WorkerId::new(cursor.worker_id, cursor.dp_rank);
+            partitions.iter().any(|partition| {
+                partition
+                    .router
+                    .resume_event_numbering(worker, cursor.last_event_id)
+            })
+        })
+        .count()
 }
 
 /// Why a state or snapshot could not be used.
@@ -120,7 +213,11 @@ impl RouterState {
                 ))
             })
             .collect::<Result<_, SnapshotError>>()?;
-        Ok(Self { workers, dump })
+        Ok(Self {
+            workers,
+            dump,
+            event_plane: None,
+        })
     }
 
     /// Reads the bodies of the answers to `GET /workers` and `GET /dump`.
@@ -129,7 +226,11 @@ impl RouterState {
             .map_err(|error| SnapshotError::Malformed(format!("GET /workers: {error}")))?;
         let dump = serde_json::from_slice(dump)
             .map_err(|error| SnapshotError::Malformed(format!("GET /dump: {error}")))?;
-        Ok(Self { workers, dump })
+        Ok(Self {
+            workers,
+            dump,
+            event_plane: None,
+        })
     }
 
     /// Registers the workers (which starts their event listeners) and restores the index
@@ -170,6 +271,9 @@ impl RouterState {
                     tracing::warn!(partition = %key, "no partition with that block size; its dump is skipped")
                 }
             }
+        }
+        if let Some(position) = &self.event_plane {
+            restored.resumed_ranks = resume_numbering(service, &position.cursors);
         }
         Ok(restored)
     }
@@ -261,6 +365,7 @@ mod tests {
 
     fn state() -> RouterState {
         RouterState {
+            event_plane: None,
             workers: vec![serde_json::json!({"worker_id": 1})],
             dump: BTreeMap::from([(
                 "m:default".to_owned(),

@@ -327,3 +327,146 @@ fn index_state_matches_worker(replica: &Replica, model: &Model, worker: u64) -> 
                 && state.last_event_id == model.next_event.get(&worker).map(|next| next - 1)
         })
 }
+
+/// A replica that acknowledges only what its checkpoints hold, not reading yet.
+async fn checkpointed_replica(url: &str, consumer: &str) -> Replica {
+    let mut options = NatsOptions::new(url, consumer);
+    options.checkpointed = true;
+    options.ack_wait = Duration::from_secs(30);
+    options.retry_pause = Duration::from_millis(50);
+    let ingress = NatsIngress::connect(options).await.expect("NATS ingress");
+    let service = start_with(KVCR_YAML, Arc::clone(&ingress) as _).await;
+    Replica { service, ingress }
+}
+
+/// Publishes `rounds` envelopes, each storing a new prompt on every worker and, every third
+/// round, removing the tail of the one before.
+async fn publish_rounds(
+    publisher: &NatsKvPublisher,
+    model: &mut Model,
+    rounds: std::ops::Range<u64>,
+) {
+    for round in rounds {
+        let mut events = Vec::new();
+        for worker in 1..=WORKERS {
+            events.push(model.store(worker, round, 3 + (round % 4) as usize));
+            if round % 3 == 2 {
+                events.extend(model.remove_tail(worker, round - 1));
+            }
+        }
+        publisher.publish(&events).await.expect("publish");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_router_resumes_from_its_checkpoint_acknowledgement() {
+    let test = "nats_events::a_restarted_router_resumes_from_its_checkpoint_acknowledgement";
+    let Some(server) = NatsServer::start(test) else {
+        return;
+    };
+    let url = server.url();
+    let dir = std::env::temp_dir().join(format!("kv-router-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let snapshot = dir.join("router.snap");
+    let publisher = NatsKvPublisher::connect(&url, "dynamo", "backend", "generate", 3)
+        .await
+        .expect("publisher");
+    let mut model = Model::default();
+
+    // The first process: reads 30 envelopes, writes a checkpoint, reads 20 more, dies.
+    let first = checkpointed_replica(&url, "router-resume").await;
+    register_workers(&mut first.service.client().await, 1..=WORKERS).await;
+    first.ingress.begin(None).await.expect("begin");
+    publish_rounds(&publisher, &mut model, 0..30).await;
+    assert!(
+        wait_until(WAIT, || index_matches(&first, &model)).await,
+        "first: 30 envelopes"
+    );
+    let written = first
+        .ingress
+        .write_checkpoint(&first.service.service, &snapshot)
+        .await
+        .expect("checkpoint");
+    assert_eq!(written.stream_seq, 30, "{written:?}");
+    assert!(written.acknowledged, "{written:?}");
+    assert_eq!(
+        first
+            .ingress
+            .stats()
+            .acked_stream_seq
+            .load(Ordering::Relaxed),
+        30
+    );
+    publish_rounds(&publisher, &mut model, 30..50).await;
+    assert!(
+        wait_until(WAIT, || index_matches(&first, &model)).await,
+        "first: 50 envelopes"
+    );
+    // Not acknowledged: no checkpoint holds them.
+    assert_eq!(
+        first
+            .ingress
+            .stats()
+            .acked_stream_seq
+            .load(Ordering::Relaxed),
+        30
+    );
+    drop(first);
+
+    // While no router runs, 10 more.
+    publish_rounds(&publisher, &mut model, 50..60).await;
+
+    // The second process: restores the checkpoint, resumes after sequence 30.
+    let second = checkpointed_replica(&url, "router-resume").await;
+    let state = kv_router_service::snapshot::RouterState::read(&snapshot)
+        .expect("readable")
+        .expect("written");
+    let position = state
+        .event_plane
+        .clone()
+        .expect("a checkpoint records its position");
+    assert_eq!(position.stream_seq, 30);
+    assert_eq!(position.cursors.len(), WORKERS as usize);
+    let restored = state.apply(&second.service.service).expect("restored");
+    assert_eq!(restored.workers, WORKERS as usize);
+    assert_eq!(restored.resumed_ranks, WORKERS as usize);
+    let resumed = second.ingress.begin(Some(&position)).await.expect("begin");
+    assert_eq!(
+        resumed,
+        kv_router_service::nats::ResumeKind::FromCheckpoint {
+            stream_seq: 30,
+            ack_floor: Some(30),
+            aged_out: 0,
+        }
+    );
+    assert!(
+        wait_until(WAIT, || index_matches(&second, &model)).await,
+        "second: all 60 envelopes, {:?}",
+        second.ingress.stats()
+    );
+    let stats = second.ingress.stats();
+    // Read from the acknowledgement on, not from the stream's start; nothing applied twice,
+    // no rank started over.
+    assert_eq!(stats.messages.load(Ordering::Relaxed), 30, "{stats:?}");
+    assert_eq!(stats.duplicates.load(Ordering::Relaxed), 0, "{stats:?}");
+    assert_eq!(stats.gaps.load(Ordering::Relaxed), 0, "{stats:?}");
+    assert!(second.ingress.caught_up().await.expect("consumer info"));
+
+    // A third process whose checkpoint is of another consumer rebuilds from the stream.
+    let third = checkpointed_replica(&url, "router-other").await;
+    register_workers(&mut third.service.client().await, 1..=WORKERS).await;
+    let from_start = third.ingress.begin(Some(&position)).await.expect("begin");
+    assert!(
+        matches!(
+            from_start,
+            kv_router_service::nats::ResumeKind::FromStreamStart { .. }
+        ),
+        "{from_start:?}"
+    );
+    assert!(
+        wait_until(WAIT, || index_matches(&third, &model)).await,
+        "third: rebuilt"
+    );
+    assert_eq!(third.ingress.stats().messages.load(Ordering::Relaxed), 60);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -109,6 +109,16 @@ pub enum ConfigProblem {
         "block_size: must be at least 1; set it to the engines' KV block size in tokens (for example 16)"
     )]
     ZeroBlockSize,
+    /// A key of the `nats` mapping holds a value NATS would refuse.
+    #[error("nats.{key}: `{value}` is not usable: {reason}")]
+    InvalidNats {
+        /// The key (`url`, `stream`, …).
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// KV mode with no role configured.
     #[error(
         "worker_selection: no role is configured; router_mode `kv` needs an entry for at least one of `aggregated`, `prefill`, `decode`"

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod error;
+pub mod nats_section;
 pub mod parameter_tree;
 pub mod position;
 pub mod schema;
@@ -22,6 +23,7 @@ mod snippet;
 pub mod source;
 
 pub use error::{ConfigError, ConfigProblem};
+pub use nats_section::{NatsSection, NatsSettings};
 pub use position::Position;
 pub use schema::{HintEntry, Located, RoleEntry, RouterConfig, WorkerSelectionConfig};
 pub use setup_builder::{ConfigOverrides, DEFAULT_BLOCK_SIZE, build_setup};
@@ -37,6 +39,21 @@ pub fn load(
     registry: &PolicyRegistry,
     overrides: &ConfigOverrides,
 ) -> Result<RouterSetup, ConfigError> {
+    load_with_nats(source, registry, overrides).map(|(setup, _)| setup)
+}
+
+/// [`load`], and the file's `nats` mapping, checked, if it has one.
+pub fn load_with_nats(
+    source: &ConfigSource,
+    registry: &PolicyRegistry,
+    overrides: &ConfigOverrides,
+) -> Result<(RouterSetup, Option<NatsSettings>), ConfigError> {
     let config = source.parse()?;
-    build_setup(&source.name, &config, registry, overrides)
+    let setup = build_setup(&source.name, &config, registry, overrides)?;
+    let nats = config
+        .nats
+        .as_ref()
+        .map(|section| section.value.check(&source.name))
+        .transpose()?;
+    Ok((setup, nats))
 }

@@ -58,7 +58,7 @@ where
 #[derive(Clone, Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a router configuration: a mapping with `router_mode`, `block_size` and `worker_selection`"
+    expecting = "a router configuration: a mapping with `router_mode`, `block_size`, `worker_selection` and optional `nats`"
 )]
 pub struct RouterConfig {
     /// `kv` (default), `round-robin`, `random` or `least-loaded`.
@@ -70,6 +70,10 @@ pub struct RouterConfig {
     /// The per-role policies.
     #[serde(default, deserialize_with = "present")]
     pub worker_selection: Option<Located<WorkerSelectionConfig>>,
+    /// The event plane over NATS JetStream, for `kv-router serve` (see
+    /// [`NatsSection`](super::nats_section::NatsSection)).
+    #[serde(default, deserialize_with = "present")]
+    pub nats: Option<Located<super::nats_section::NatsSection>>,
 }
 
 /// The `worker_selection` mapping: one optional entry per role.

@@ -65,6 +65,16 @@ impl EventCursor {
         };
     }
 
+    /// Continues a stream whose events up to `last` are already in the index (restored from a
+    /// checkpoint that recorded the position): the next event expected is `last + 1`, and
+    /// events at or before `last` are duplicates.
+    pub(crate) fn resume_after(&mut self, last: u64) {
+        *self = EventCursor {
+            last: Some(last),
+            ..EventCursor::default()
+        };
+    }
+
     /// Decides about event `id` (`cleared` when it is a `cleared`) and moves the cursor.
     pub(crate) fn admit(&mut self, id: u64, cleared: bool) -> Admission {
         if self.resync {
@@ -120,6 +130,20 @@ mod tests {
         let mut cursor = EventCursor::default();
         let admissions = ids.iter().map(|(id, c)| cursor.admit(*id, *c)).collect();
         (cursor, admissions)
+    }
+
+    #[test]
+    fn a_resumed_cursor_rejects_what_the_checkpoint_holds_and_takes_the_next() {
+        let mut cursor = EventCursor::default();
+        cursor.admit(3, false);
+        cursor.resume_after(41);
+        assert_eq!(cursor.admit(41, false), Admission::Duplicate);
+        assert_eq!(cursor.admit(7, false), Admission::Duplicate);
+        assert_eq!(
+            cursor.admit(42, false),
+            Admission::Apply { recovered: false }
+        );
+        assert_eq!(cursor.admit(44, false), Admission::Gap);
     }
 
     #[test]

@@ -310,6 +310,17 @@ impl Router {
         self.state.read().index.replay_requests()
     }
 
+    /// Continues `worker`'s event numbering after `last_event_id`, for an index restored from a
+    /// checkpoint that recorded where each worker's events stood: events up to that id are
+    /// rejected as duplicates, the next one applies. Returns `false` if the worker is not
+    /// registered.
+    pub fn resume_event_numbering(&self, worker: WorkerId, last_event_id: u64) -> bool {
+        self.state
+            .write()
+            .index
+            .resume_event_numbering(worker, last_event_id)
+    }
+
     /// Gives up on replaying `worker`'s lost events (the engine could not replay them): its
     /// cache state is reset and its next event, whatever its id, starts its stream again.
     /// Returns `false` if the worker is not registered.

@@ -3,16 +3,17 @@
 //! worker it names.
 //!
 //! - **Acknowledgement:** each pull of up to `batch` events is applied, then its last message
-//!   is acknowledged (`AckPolicy::All` acknowledges everything before it too). What was
-//!   delivered but not acknowledged (the server or the connection went away) is delivered
-//!   again after `ack_wait`; the index's per-rank `event_id` check rejects every event it
+//!   is acknowledged (`AckPolicy::All` acknowledges everything before it too); with
+//!   [`NatsOptions::checkpointed`] acknowledgements follow the checkpoint writes instead
+//!   (see [`checkpoint`](super::checkpoint)). What was delivered but not acknowledged (the
+//!   server or the connection went away) is delivered again after `ack_wait` and skipped (its
+//!   stream sequence was handled); the index's per-rank `event_id` check rejects any event it
 //!   already applied (counted as `duplicates`), so nothing is applied twice, and nothing is
 //!   lost because the server keeps the consumer's position on disk.
-//! - **A new process** (a first start or a restart) begins with an empty index, so it does not
-//!   resume where its predecessor acknowledged (the events before that point would be
-//!   missing from the fresh index): the consumer is recreated under the same name at the
-//!   stream's first event and the index is rebuilt from the stream (a warm start from the
-//!   stream). From then on it resumes from its acknowledgements.
+//! - **A new process** (a first start or a restart) begins reading with
+//!   [`NatsIngress::begin`]: after a restored checkpoint's sequence, or, with an empty index,
+//!   from the stream's first event (the consumer is recreated there and the index is rebuilt
+//!   from the stream).
 //! - **Workers not registered yet:** their events wait (bounded by `pending_limit`) and are
 //!   applied, in order, when the worker is attached.
 //! - **Gaps:** a rank whose `event_id` skips numbers lost events at the publisher (the stream
@@ -134,31 +135,45 @@ impl NatsStats {
     }
 }
 
-/// Which partition each attached worker's events go to, and the events of workers not
-/// attached yet.
+/// Which partition each attached worker's events go to, the events of workers not attached
+/// yet, and how far the stream has been applied: one lock, so that a checkpoint taken under
+/// it sees a state that holds exactly the events up to `applied_seq`.
 #[derive(Default)]
-struct Routing {
+pub(super) struct Routing {
     attached: HashMap<u64, (u64, Arc<Partition>)>,
-    held: HashMap<u64, VecDeque<RouterEvent>>,
+    /// Held events with the stream sequence of the message that carried them.
+    held: HashMap<u64, VecDeque<(u64, RouterEvent)>>,
     held_total: usize,
     next_generation: u64,
+    /// The last envelope sequence applied per publisher.
+    pub(super) publishers: HashMap<u64, u64>,
+    /// The stream sequence of the last message handled (applied, rejected or skipped).
+    pub(super) applied_seq: u64,
+    /// That message, to acknowledge it once a checkpoint holding it is written.
+    pub(super) ack_point: Option<async_nats::jetstream::Message>,
 }
 
-struct Shared {
-    routing: Mutex<Routing>,
-    /// The last envelope sequence applied per publisher.
-    publishers: Mutex<HashMap<u64, Option<u64>>>,
-    /// The highest stream sequence handled.
-    handled_stream_seq: AtomicU64,
-    stats: NatsStats,
+impl Routing {
+    /// The stream sequence of the oldest held event, if any: a checkpoint must not claim it.
+    pub(super) fn oldest_held_seq(&self) -> Option<u64> {
+        self.held
+            .values()
+            .filter_map(|events| events.front().map(|(seq, _)| *seq))
+            .min()
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) routing: Mutex<Routing>,
+    /// The highest stream sequence handled (read without the lock to skip redeliveries).
+    pub(super) handled_stream_seq: AtomicU64,
+    pub(super) stats: NatsStats,
     pending_limit: usize,
 }
 
 impl Shared {
-    /// Applies one message's events (all under the routing lock, so an attach never
-    /// interleaves with them).
-    fn apply_events(&self, events: Vec<RouterEvent>) {
-        let mut routing = self.routing.lock();
+    /// Applies one message's events.
+    fn apply_events(&self, routing: &mut Routing, seq: u64, events: Vec<RouterEvent>) {
         let mut rest = events.as_slice();
         while let Some(first) = rest.first() {
             let worker_id = first.worker_id;
@@ -180,7 +195,7 @@ impl Shared {
                         .held
                         .entry(worker_id)
                         .or_default()
-                        .extend(now[..kept].iter().cloned());
+                        .extend(now[..kept].iter().map(|event| (seq, event.clone())));
                     routing.held_total += kept;
                     self.stats.held.fetch_add(kept as u64, Ordering::Relaxed);
                     self.stats
@@ -217,16 +232,18 @@ impl Shared {
 
 /// The ingress reading the event plane through one durable consumer.
 pub struct NatsIngress {
-    shared: Arc<Shared>,
-    consumer_task: tokio::task::JoinHandle<()>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) consumer_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     client: async_nats::Client,
-    stream: async_nats::jetstream::stream::Stream,
-    consumer: String,
+    pub(super) stream: async_nats::jetstream::stream::Stream,
+    pub(super) options: NatsOptions,
 }
 
 impl Drop for NatsIngress {
     fn drop(&mut self) {
-        self.consumer_task.abort();
+        if let Some(task) = self.consumer_task.lock().take() {
+            task.abort();
+        }
     }
 }
 
@@ -234,35 +251,45 @@ impl NatsIngress {
     /// Connects, creates the stream if absent, recreates this replica's consumer at the
     /// stream's first event (see the module documentation) and starts reading.
     pub async fn start(options: NatsOptions) -> Result<Arc<NatsIngress>, NatsError> {
+        let ingress = Self::connect(options).await?;
+        ingress.begin(None).await?;
+        Ok(ingress)
+    }
+
+    /// Connects and creates the stream if absent, without reading it yet:
+    /// [`NatsIngress::begin`] starts the reading, from the stream's start or from a
+    /// checkpoint's position (once the checkpoint's state is restored).
+    pub async fn connect(options: NatsOptions) -> Result<Arc<NatsIngress>, NatsError> {
         options.validate()?;
         let client = connect(&options.url).await?;
         let jetstream = async_nats::jetstream::new(client.clone());
         let stream = ensure_stream(&jetstream, &options.stream, options.max_age).await?;
-        // A fresh index must see the stream from its start: drop what an earlier process of
-        // this replica acknowledged. A missing consumer is not an error.
-        let _ = stream.delete_consumer(&options.consumer).await;
-        let consumer = create_consumer(&stream, &options).await?;
         let shared = Arc::new(Shared {
             routing: Mutex::new(Routing::default()),
-            publishers: Mutex::new(HashMap::new()),
             handled_stream_seq: AtomicU64::new(0),
             stats: NatsStats::default(),
             pending_limit: options.pending_limit,
         });
-        let consumer_name = options.consumer.clone();
-        let consumer_task = tokio::spawn(consume(
-            Arc::clone(&shared),
-            stream.clone(),
-            consumer,
-            options,
-        ));
         Ok(Arc::new(NatsIngress {
             shared,
-            consumer_task,
+            consumer_task: Mutex::new(None),
             client,
             stream,
-            consumer: consumer_name,
+            options,
         }))
+    }
+
+    /// Starts reading `consumer` (already positioned) in the background.
+    pub(super) fn spawn_consumer(&self, consumer: PullConsumer) {
+        let task = tokio::spawn(consume(
+            Arc::clone(&self.shared),
+            self.stream.clone(),
+            consumer,
+            self.options.clone(),
+        ));
+        if let Some(previous) = self.consumer_task.lock().replace(task) {
+            previous.abort();
+        }
     }
 
     /// What the consumer did so far.
@@ -270,33 +297,43 @@ impl NatsIngress {
         &self.shared.stats
     }
 
+    /// The options it reads with.
+    pub fn options(&self) -> &NatsOptions {
+        &self.options
+    }
+
     /// The connection (for publishing beside the consumer, e.g. replica sync).
     pub fn client(&self) -> &async_nats::Client {
         &self.client
     }
 
-    /// Whether the consumer has read and acknowledged everything the stream holds for it now
-    /// (the warm start from the stream is done): no message pending, none unacknowledged.
+    /// Whether the consumer has read and applied everything the stream holds for it now
+    /// (the warm start from the stream is done): no message pending, every delivered one
+    /// handled.
     pub async fn caught_up(&self) -> Result<bool, NatsError> {
         let info = self
             .stream
-            .consumer_info(&self.consumer)
+            .consumer_info(&self.options.consumer)
             .await
             .map_err(|error| NatsError::JetStream {
                 operation: "consumer info",
                 message: error.to_string(),
             })?;
-        Ok(info.num_pending == 0 && info.num_ack_pending == 0)
+        let handled = self.shared.handled_stream_seq.load(Ordering::Relaxed);
+        Ok(info.num_pending == 0 && handled >= info.delivered.stream_sequence)
     }
 }
 
-async fn create_consumer(
+/// The durable consumer, created with `deliver_policy` if absent (an existing one keeps its
+/// position).
+pub(super) async fn create_consumer(
     stream: &async_nats::jetstream::stream::Stream,
     options: &NatsOptions,
+    deliver_policy: DeliverPolicy,
 ) -> Result<PullConsumer, NatsError> {
     let config = pull::Config {
         durable_name: Some(options.consumer.clone()),
-        deliver_policy: DeliverPolicy::All,
+        deliver_policy,
         ack_policy: AckPolicy::All,
         ack_wait: options.ack_wait,
         filter_subject: namespace_filter(&options.namespace, KV_EVENT_TOPIC),
@@ -338,7 +375,7 @@ async fn consume(
                 tokio::time::sleep(options.retry_pause).await;
                 // The server may have lost the consumer, or the whole stream (a restart without
                 // its store): then the stream numbers from 1 again.
-                if let Ok(again) = create_consumer(&stream, &options).await {
+                if let Ok(again) = create_consumer(&stream, &options, DeliverPolicy::All).await {
                     consumer = again;
                 }
                 let mut stream = stream.clone();
@@ -346,6 +383,9 @@ async fn consume(
                     && info.state.last_sequence < shared.handled_stream_seq.load(Ordering::Relaxed)
                 {
                     shared.handled_stream_seq.store(0, Ordering::Relaxed);
+                    let mut routing = shared.routing.lock();
+                    routing.applied_seq = 0;
+                    routing.ack_point = None;
                 }
                 continue;
             }
@@ -366,22 +406,32 @@ async fn consume(
                 }
             }
         }
-        if let Some(message) = last {
-            let seq = message.info().map(|info| info.stream_sequence).ok();
-            match message.ack().await {
-                Ok(()) => {
-                    if let Some(seq) = seq {
-                        shared.stats.acked_stream_seq.store(seq, Ordering::Relaxed);
-                    }
-                }
-                Err(error) => {
-                    shared.stats.ack_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%error, "NATS acknowledgement failed; the events come again");
-                }
-            }
+        // With checkpoints, acknowledgements follow the checkpoint writes instead (see
+        // `checkpoint`): what is acknowledged is always in a written state.
+        if let Some(message) = last
+            && !options.checkpointed
+        {
+            acknowledge(&shared.stats, &message).await;
         }
         if failed {
             tokio::time::sleep(options.retry_pause).await;
+        }
+    }
+}
+
+/// Acknowledges `message` and everything before it; a failure is counted (the events come
+/// again and are skipped).
+pub(super) async fn acknowledge(stats: &NatsStats, message: &async_nats::jetstream::Message) {
+    let seq = message.info().map(|info| info.stream_sequence).ok();
+    match message.ack().await {
+        Ok(()) => {
+            if let Some(seq) = seq {
+                stats.acked_stream_seq.fetch_max(seq, Ordering::Relaxed);
+            }
+        }
+        Err(error) => {
+            stats.ack_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%error, "NATS acknowledgement failed; the events come again");
         }
     }
 }
@@ -394,31 +444,30 @@ fn on_message(shared: &Shared, message: &async_nats::jetstream::Message) {
     }
     // One consumer reads the stream in order: a stream sequence not after the last one
     // handled is a redelivery (the server lost an acknowledgement), already applied.
-    if let Some(seq) = info.as_ref().map(|info| info.stream_sequence) {
-        if seq <= shared.handled_stream_seq.load(Ordering::Relaxed) {
-            shared
-                .stats
-                .skipped_redeliveries
-                .fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        shared.handled_stream_seq.store(seq, Ordering::Relaxed);
+    let seq = info.as_ref().map(|info| info.stream_sequence);
+    if let Some(seq) = seq
+        && seq <= shared.handled_stream_seq.load(Ordering::Relaxed)
+    {
+        shared
+            .stats
+            .skipped_redeliveries
+            .fetch_add(1, Ordering::Relaxed);
+        return;
     }
-    match decode_kv_events(&message.payload) {
+    let decoded = decode_kv_events(&message.payload);
+    // Everything from here to the sequence update happens under one lock, so a checkpoint
+    // sees this message either wholly applied or not at all.
+    let mut routing = shared.routing.lock();
+    match decoded {
         Ok((envelope, events)) => {
             // The same envelope stored twice (a publisher's retry beyond the stream's
             // duplicate window): upstream's event plane drops it by publisher and sequence.
-            let fresh = {
-                let mut seen = shared.publishers.lock();
-                let last = seen.entry(envelope.publisher_id).or_insert(None);
-                let fresh = last.is_none_or(|last| envelope.sequence > last);
-                if fresh {
-                    *last = Some(envelope.sequence);
-                }
-                fresh
-            };
-            if fresh {
-                shared.apply_events(events);
+            let last = routing.publishers.get(&envelope.publisher_id).copied();
+            if last.is_none_or(|last| envelope.sequence > last) {
+                routing
+                    .publishers
+                    .insert(envelope.publisher_id, envelope.sequence);
+                shared.apply_events(&mut routing, seq.unwrap_or(0), events);
             } else {
                 shared
                     .stats
@@ -430,6 +479,11 @@ fn on_message(shared: &Shared, message: &async_nats::jetstream::Message) {
             shared.stats.garbage.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(subject = %message.subject, %error, "event-plane message skipped");
         }
+    }
+    if let Some(seq) = seq {
+        routing.applied_seq = seq;
+        routing.ack_point = Some(message.clone());
+        shared.handled_stream_seq.store(seq, Ordering::Relaxed);
     }
 }
 
@@ -475,7 +529,7 @@ impl KvEventIngress for NatsIngress {
                 .insert(worker_id, (generation, Arc::clone(&partition)));
             if let Some(held) = routing.held.remove(&worker_id) {
                 routing.held_total = routing.held_total.saturating_sub(held.len());
-                let held: Vec<RouterEvent> = held.into();
+                let held: Vec<RouterEvent> = held.into_iter().map(|(_, event)| event).collect();
                 self.shared.apply_to(&partition, &held);
             }
             generation

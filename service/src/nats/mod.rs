@@ -17,14 +17,17 @@
 //!
 //! Network code stays here: core sees only `RouterEvent`s.
 
+pub mod checkpoint;
 pub mod envelope;
 pub mod ingress;
 pub mod publisher;
 pub mod replica_sync;
 pub mod subjects;
 
+use dynamo_kv_router::config::nats_section::{nats_name_problem, nats_url_problem};
 use std::time::Duration;
 
+pub use checkpoint::{CheckpointWritten, ResumeKind};
 pub use ingress::{NatsIngress, NatsStats};
 pub use publisher::NatsKvPublisher;
 pub use replica_sync::{NatsReplicaOptions, NatsReplicaSync};
@@ -57,6 +60,10 @@ pub struct NatsOptions {
     pub retry_pause: Duration,
     /// Events held for workers not registered yet (beyond it they are dropped and counted).
     pub pending_limit: usize,
+    /// Acknowledge only what a written checkpoint holds ([`NatsIngress::write_checkpoint`]),
+    /// so that a restarted process resumes from its acknowledgement; otherwise each pull is
+    /// acknowledged once applied.
+    pub checkpointed: bool,
 }
 
 impl NatsOptions {
@@ -72,29 +79,25 @@ impl NatsOptions {
             batch: 512,
             retry_pause: Duration::from_millis(200),
             pending_limit: 65_536,
+            checkpointed: false,
         }
     }
 
     /// Checks the URL and names before anything connects.
     pub fn validate(&self) -> Result<(), NatsError> {
         validate_url(&self.url)?;
-        for (what, name) in [("stream", &self.stream), ("consumer", &self.consumer)] {
-            let bad = name.is_empty()
-                || name
-                    .chars()
-                    .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'));
-            if bad {
+        let names = [
+            ("stream", &self.stream),
+            ("consumer", &self.consumer),
+            ("namespace", &self.namespace),
+        ];
+        for (what, name) in names {
+            if nats_name_problem(name).is_some() {
                 return Err(NatsError::InvalidName {
                     what,
                     name: name.clone(),
                 });
             }
-        }
-        if self.namespace.is_empty() {
-            return Err(NatsError::InvalidName {
-                what: "namespace",
-                name: String::new(),
-            });
         }
         Ok(())
     }
@@ -102,22 +105,13 @@ impl NatsOptions {
 
 /// Checks that `url` is a `nats://host:port` the router can connect to.
 pub fn validate_url(url: &str) -> Result<(), NatsError> {
-    let invalid = |reason: &str| NatsError::InvalidUrl {
-        url: url.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let address = url
-        .strip_prefix("nats://")
-        .ok_or_else(|| invalid("expected nats://host:port"))?;
-    let (host, port) = address
-        .rsplit_once(':')
-        .ok_or_else(|| invalid("expected nats://host:port"))?;
-    if host.is_empty() {
-        return Err(invalid("the host is empty"));
+    match nats_url_problem(url) {
+        Some(reason) => Err(NatsError::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        }),
+        None => Ok(()),
     }
-    port.parse::<u16>()
-        .map_err(|_| invalid("the port must be a number from 0 to 65535"))?;
-    Ok(())
 }
 
 /// What went wrong on the event plane.

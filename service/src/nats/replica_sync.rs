@@ -503,6 +503,7 @@ fn register_workers(service: &SelectionService, answers: &[Vec<SnapshotItem>]) -
     let state = RouterState {
         workers,
         dump: BTreeMap::new(),
+        event_plane: None,
     };
     match state.apply(service) {
         Ok(restored) => restored.workers,

@@ -124,6 +124,22 @@ impl KvIndex {
             .count()
     }
 
+    /// Continues `worker`'s event numbering after `last_event_id`: its blocks were restored from
+    /// a checkpoint that holds its events up to that id, so those are duplicates from now on
+    /// and the next one applies. Returns `false` if the worker is not tracked.
+    pub fn resume_event_numbering(&mut self, worker: WorkerId, last_event_id: u64) -> bool {
+        let Some(slot) = self.by_worker.get(worker) else {
+            return false;
+        };
+        let Some(state) = self.slot_state_mut(slot) else {
+            return false;
+        };
+        let was_awaiting = state.cursor.awaiting();
+        state.cursor.resume_after(last_event_id);
+        self.note_awaiting_change(was_awaiting, false);
+        true
+    }
+
     /// Gives up on replaying `worker`'s lost events (the engine could not replay them): its
     /// cache state is dropped and its next event, whatever its id, starts its stream again.
     /// Returns `false` if the worker is not tracked.
