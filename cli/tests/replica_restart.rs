@@ -9,8 +9,8 @@ use kv_router_service::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
 use serde_json::{Value, json};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a background effect may take before the test fails.
