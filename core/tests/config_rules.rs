@@ -594,7 +594,7 @@ fn rule7_unknown_keys_fail_at_every_level() {
     assert_eq!(
         error.to_string(),
         "router.yaml:1:1: unknown field `routing_mode`, expected one of router_mode, block_size, \
-         worker_selection; remove the key or correct its spelling"
+         worker_selection, nats; remove the key or correct its spelling"
     );
     let error = failure("worker_selection:\n  deocde: kvcr\n");
     assert_eq!(at(&error), (2, 3));
