@@ -82,11 +82,6 @@ impl ReplicaSetup {
         })
     }
 
-    /// Whether a snapshot file is kept (`--snapshot`).
-    pub fn keeps_snapshot(&self) -> bool {
-        self.snapshot.is_some()
-    }
-
     /// Starts the booking sync, then the state: from a peer, else the snapshot, else cold;
     /// then the NATS consumer, if any, after the restored checkpoint's position (or from the
     /// stream's start). Prints what it did.
@@ -229,10 +224,7 @@ async fn write_snapshot(
     }
     let state = RouterState::capture(service)?;
     let blocks = state.blocks();
-    let owned = path.to_owned();
-    tokio::task::spawn_blocking(move || state.write(&owned))
-        .await
-        .map_err(|error| SnapshotError::Malformed(format!("the writer stopped: {error}")))??;
+    state.write_off_runtime(path).await?;
     Ok(format!(
         "snapshot written to {} ({blocks} blocks)",
         path.display()

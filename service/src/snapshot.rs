@@ -48,10 +48,11 @@ pub struct RouterState {
     pub event_plane: Option<EventPlanePosition>,
 }
 
-/// The point of a durable event stream a captured state holds exactly: every event up to
-/// `stream_seq` is in the state's index, none after it. A router restored from the state
-/// continues the stream after `stream_seq`, with each worker's event numbering continued
-/// after its `last_event_id` (so an event delivered again is a duplicate, not a gap).
+/// The point of a durable event stream up to which a captured state holds every event (it
+/// ends before any event still held for a worker not registered yet). A router restored from
+/// the state continues the stream after `stream_seq`, with each worker's event numbering
+/// continued after its `last_event_id`, so an event delivered again that the state already
+/// holds is a duplicate, not a gap.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventPlanePosition {
     /// The stream (`DYNAMO_KV_EVENTS` by default).
@@ -334,6 +335,14 @@ impl RouterState {
             file.sync_all().map_err(io)?;
         }
         std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// [`RouterState::write`] on a blocking thread, so the async runtime keeps serving.
+    pub async fn write_off_runtime(self, path: &Path) -> Result<(), SnapshotError> {
+        let owned = path.to_owned();
+        tokio::task::spawn_blocking(move || self.write(&owned))
+            .await
+            .map_err(|error| SnapshotError::Malformed(format!("the writer stopped: {error}")))?
     }
 
     /// Reads the snapshot at `path`; `Ok(None)` when there is none.

@@ -44,10 +44,16 @@ struct Replica {
     ingress: Arc<NatsIngress>,
 }
 
-async fn replica(url: &str, consumer: &str) -> Replica {
+/// The consumer `consumer` on `url`, retrying quickly, redelivering after `ack_wait`.
+fn options(url: &str, consumer: &str, ack_wait: Duration) -> NatsOptions {
     let mut options = NatsOptions::new(url, consumer);
-    options.ack_wait = Duration::from_secs(1);
+    options.ack_wait = ack_wait;
     options.retry_pause = Duration::from_millis(50);
+    options
+}
+
+async fn replica(url: &str, consumer: &str) -> Replica {
+    let options = options(url, consumer, Duration::from_secs(1));
     let ingress = NatsIngress::start(options).await.expect("NATS ingress");
     let service = start_with(KVCR_YAML, Arc::clone(&ingress) as _).await;
     let mut client = service.client().await;
@@ -330,10 +336,8 @@ fn index_state_matches_worker(replica: &Replica, model: &Model, worker: u64) -> 
 
 /// A replica that acknowledges only what its checkpoints hold, not reading yet.
 async fn checkpointed_replica(url: &str, consumer: &str) -> Replica {
-    let mut options = NatsOptions::new(url, consumer);
+    let mut options = options(url, consumer, Duration::from_secs(30));
     options.checkpointed = true;
-    options.ack_wait = Duration::from_secs(30);
-    options.retry_pause = Duration::from_millis(50);
     let ingress = NatsIngress::connect(options).await.expect("NATS ingress");
     let service = start_with(KVCR_YAML, Arc::clone(&ingress) as _).await;
     Replica { service, ingress }

@@ -237,16 +237,11 @@ impl NatsIngress {
             .as_ref()
             .map_or(0, |plane| plane.stream_seq);
         let blocks = state.blocks();
-        let path = path.to_owned();
-        tokio::task::spawn_blocking(move || state.write(&path))
-            .await
-            .map_err(|error| SnapshotError::Malformed(format!("the writer stopped: {error}")))??;
-        let mut acknowledged = false;
-        if let Some(message) = ack_point {
-            let before = self.shared.stats.ack_errors.load(Ordering::Relaxed);
-            acknowledge(&self.shared.stats, &message).await;
-            acknowledged = self.shared.stats.ack_errors.load(Ordering::Relaxed) == before;
-        }
+        state.write_off_runtime(path).await?;
+        let acknowledged = match ack_point {
+            Some(message) => acknowledge(&self.shared.stats, &message).await,
+            None => false,
+        };
         Ok(CheckpointWritten {
             stream_seq,
             blocks,

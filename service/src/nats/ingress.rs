@@ -149,7 +149,8 @@ pub(super) struct Routing {
     pub(super) publishers: HashMap<u64, u64>,
     /// The stream sequence of the last message handled (applied, rejected or skipped).
     pub(super) applied_seq: u64,
-    /// That message, to acknowledge it once a checkpoint holding it is written.
+    /// That message (kept with checkpoints only), to acknowledge once a checkpoint holding it
+    /// is written.
     pub(super) ack_point: Option<async_nats::jetstream::Message>,
 }
 
@@ -169,6 +170,8 @@ pub(super) struct Shared {
     pub(super) handled_stream_seq: AtomicU64,
     pub(super) stats: NatsStats,
     pending_limit: usize,
+    /// Acknowledgements follow the checkpoints ([`NatsOptions::checkpointed`]).
+    checkpointed: bool,
 }
 
 impl Shared {
@@ -269,6 +272,7 @@ impl NatsIngress {
             handled_stream_seq: AtomicU64::new(0),
             stats: NatsStats::default(),
             pending_limit: options.pending_limit,
+            checkpointed: options.checkpointed,
         });
         Ok(Arc::new(NatsIngress {
             shared,
@@ -419,19 +423,24 @@ async fn consume(
     }
 }
 
-/// Acknowledges `message` and everything before it; a failure is counted (the events come
-/// again and are skipped).
-pub(super) async fn acknowledge(stats: &NatsStats, message: &async_nats::jetstream::Message) {
+/// Acknowledges `message` and everything before it; whether it did. A failure is counted
+/// (the events come again and are skipped).
+pub(super) async fn acknowledge(
+    stats: &NatsStats,
+    message: &async_nats::jetstream::Message,
+) -> bool {
     let seq = message.info().map(|info| info.stream_sequence).ok();
     match message.ack().await {
         Ok(()) => {
             if let Some(seq) = seq {
                 stats.acked_stream_seq.fetch_max(seq, Ordering::Relaxed);
             }
+            true
         }
         Err(error) => {
             stats.ack_errors.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%error, "NATS acknowledgement failed; the events come again");
+            false
         }
     }
 }
@@ -482,7 +491,9 @@ fn on_message(shared: &Shared, message: &async_nats::jetstream::Message) {
     }
     if let Some(seq) = seq {
         routing.applied_seq = seq;
-        routing.ack_point = Some(message.clone());
+        if shared.checkpointed {
+            routing.ack_point = Some(message.clone());
+        }
         shared.handled_stream_seq.store(seq, Ordering::Relaxed);
     }
 }
