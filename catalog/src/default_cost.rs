@@ -10,16 +10,21 @@ use crate::picker::CostPicker;
 use dynamo_kv_router::plugins::prelude::*;
 
 /// The parameters of `dynamo-default-cost-fn`; every field is optional.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(default)]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 pub struct DefaultCostConfig {
     /// Prefill blocks one cached block saves (default 1.0).
+    #[schemars(range(min = 0.0))]
     pub overlap_score_credit: f64,
     /// Weight of the remaining prefill blocks (default 1.0).
+    #[schemars(range(min = 0.0))]
     pub prefill_load_scale: f64,
     /// Cost of each active request on top of its blocks (default 0).
+    #[schemars(range(min = 0.0))]
     pub decode_active_request_weight: f64,
     /// 0 (default) takes the cheapest worker; above 0 samples a softmax over range-normalised costs.
+    #[schemars(range(min = 0.0))]
     pub router_temperature: f64,
     /// Seed of the tie-break and sampling draws; absent means a different sequence every run.
     pub seed: Option<u64>,

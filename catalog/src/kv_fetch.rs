@@ -9,10 +9,12 @@ pub use dynamo_kv_router::plugins::{
 };
 
 /// The parameters of `kv_fetch`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default)]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 pub struct KvFetchConfig {
     /// The fewest blocks a best-effort fetch must add to the booked worker's prefix (default 1).
+    #[schemars(range(min = 1))]
     pub min_additional_blocks: usize,
 }
 

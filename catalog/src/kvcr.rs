@@ -12,21 +12,27 @@ use crate::picker::{CostPicker, is_tied, min_max};
 use dynamo_kv_router::plugins::prelude::*;
 
 /// The parameters of `kvcr`: those of `dynamo-default-cost-fn` plus `shared_cache_multiplier`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(default)]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 pub struct KvcrConfig {
     /// Prefill blocks one cached block saves (default 1.0).
+    #[schemars(range(min = 0.0))]
     pub overlap_score_credit: f64,
     /// Weight of the remaining prefill blocks (default 1.0).
+    #[schemars(range(min = 0.0))]
     pub prefill_load_scale: f64,
     /// Cost of each active request on top of its blocks (default 0).
+    #[schemars(range(min = 0.0))]
     pub decode_active_request_weight: f64,
     /// 0 (default) takes the cheapest worker; above 0 samples a softmax over range-normalised costs.
+    #[schemars(range(min = 0.0))]
     pub router_temperature: f64,
     /// Seed of the tie-break and sampling draws; absent means a different sequence every run.
     pub seed: Option<u64>,
     /// What a block a peer can copy is worth, as a fraction of a locally cached block (0..=1,
     /// default 0: no credit, no commitments).
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub shared_cache_multiplier: f64,
 }
 

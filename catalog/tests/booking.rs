@@ -100,11 +100,7 @@ fn router(selection: &str, parameters: Value, hints: Option<Vec<(&str, Value)>>)
         block_size: BLOCK_SIZE,
         roles: BTreeMap::from([(
             Role::Decode,
-            RolePolicies {
-                selection_type: selection.to_owned(),
-                selection: constructed,
-                hints,
-            },
+            RolePolicies::new(selection, constructed, hints),
         )]),
     };
     Router::new(setup, RouterOptions::default())

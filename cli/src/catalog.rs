@@ -2,9 +2,11 @@
 //! linked into this build.
 
 use crate::command_error::CommandError;
+use crate::parameter_table::{parameter_rows, write_parameter_table};
 use clap::{Args, Subcommand};
 use dynamo_kv_router::plugins::name;
 use dynamo_kv_router::plugins::{HintHost, PolicyEntry, PolicyKind, PolicyRegistry};
+use dynamo_kv_router::schemars::Schema;
 use serde::Serialize;
 use std::io::Write;
 
@@ -56,6 +58,8 @@ pub struct PolicyDescription {
     pub crate_name: Option<String>,
     /// `file:line` of the registration.
     pub source: String,
+    /// The JSON Schema of its parameters; `null` when they are not described.
+    pub parameters_schema: Option<Schema>,
 }
 
 impl PolicyDescription {
@@ -72,6 +76,15 @@ impl PolicyDescription {
             parameters_type: entry.parameters_type.clone(),
             crate_name: entry.location.crate_name.clone(),
             source: format!("{}:{}", entry.location.file, entry.location.line),
+            parameters_schema: None,
+        }
+    }
+
+    /// The description of `entry` with the schema of its parameters from `registry`.
+    pub fn with_parameters(entry: &PolicyEntry, registry: &PolicyRegistry) -> Self {
+        Self {
+            parameters_schema: registry.describe_parameters(entry.kind, &entry.name),
+            ..Self::of(entry)
         }
     }
 }
@@ -84,16 +97,20 @@ pub fn run(
 ) -> Result<(), CommandError> {
     match &args.action {
         None if args.json => {
-            let all: Vec<_> = registry.entries().map(PolicyDescription::of).collect();
+            let all: Vec<_> = registry
+                .entries()
+                .map(|entry| PolicyDescription::with_parameters(entry, registry))
+                .collect();
             write_json(out, &all)
         }
         None => list(registry, out),
         Some(CatalogAction::Describe { name, json }) => {
             let entry = registry.get(name).ok_or_else(|| unknown(name, registry))?;
             if *json || args.json {
-                write_json(out, &PolicyDescription::of(entry))
+                write_json(out, &PolicyDescription::with_parameters(entry, registry))
             } else {
-                describe(entry, out)
+                let schema = registry.describe_parameters(entry.kind, &entry.name);
+                describe(entry, schema.as_ref(), out)
             }
         }
     }
@@ -186,7 +203,11 @@ fn list(registry: &PolicyRegistry, out: &mut dyn Write) -> Result<(), CommandErr
     Ok(())
 }
 
-fn describe(entry: &PolicyEntry, out: &mut dyn Write) -> Result<(), CommandError> {
+fn describe(
+    entry: &PolicyEntry,
+    parameters: Option<&Schema>,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     let unknown = || "unknown".to_owned();
     writeln!(out, "{} ({} policy)", entry.name, entry.kind)?;
     if !entry.summary.is_empty() {
@@ -216,6 +237,12 @@ fn describe(entry: &PolicyEntry, out: &mut dyn Write) -> Result<(), CommandError
         "  source:       {}:{}",
         entry.location.file, entry.location.line
     )?;
+    writeln!(out)?;
+    match parameters.map(parameter_rows) {
+        None => writeln!(out, "  parameters not described")?,
+        Some(rows) if rows.is_empty() => writeln!(out, "  no parameters")?,
+        Some(rows) => write_parameter_table(out, &rows, "  ")?,
+    }
     if !entry.description.is_empty() && entry.description != entry.summary {
         writeln!(out)?;
         for line in entry.description.lines() {

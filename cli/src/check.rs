@@ -75,6 +75,37 @@ pub fn summarize(
             policies.selection_type
         )?;
         write_hints(setup.router_mode, policies, registry, out)?;
+        write_shadows(setup.router_mode, policies, registry, out)?;
+    }
+    Ok(())
+}
+
+/// The role's shadows, each with its selection and hints (evaluated off the hot path; they
+/// book nothing).
+fn write_shadows(
+    mode: RouterMode,
+    policies: &RolePolicies,
+    registry: &PolicyRegistry,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    if policies.shadows.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  shadows (evaluated beside the live policies; they book nothing):"
+    )?;
+    for shadow in &policies.shadows {
+        writeln!(
+            out,
+            "    {}: worker selection {}",
+            shadow.name, shadow.policies.selection_type
+        )?;
+        let mut hints = Vec::new();
+        write_hints(mode, &shadow.policies, registry, &mut hints)?;
+        for line in String::from_utf8_lossy(&hints).lines() {
+            writeln!(out, "    {line}")?;
+        }
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 use crate::catalog::CatalogArgs;
 use crate::check::CheckArgs;
 use crate::replay::ReplayArgs;
+use crate::schema::SchemaArgs;
 use crate::serve::ServeArgs;
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,11 @@ pub enum Command {
     Catalog(CatalogArgs),
     /// Check a configuration file: the policies each role runs, or the first mistake.
     Check(CheckArgs),
+    /// Print the JSON Schema of the configuration file for the policies linked into this build.
+    ///
+    /// For editors: `kv-router schema > router.schema.json`, then
+    /// `# yaml-language-server: $schema=./router.schema.json` as the YAML's first line.
+    Schema(SchemaArgs),
     /// Replay a workload through the router on a simulated cluster and compare configurations.
     Replay(ReplayArgs),
     /// Serve the router over HTTP (upstream's selection-service routes), fed by engines' ZMQ

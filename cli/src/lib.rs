@@ -13,8 +13,11 @@ pub mod catalog;
 pub mod check;
 pub mod command;
 pub mod command_error;
+pub mod parameter_table;
 pub mod replay;
+pub mod schema;
 pub mod serve;
+pub mod serve_admin;
 pub mod serve_gateway;
 pub mod serve_nats;
 pub mod serve_replicas;
@@ -91,6 +94,7 @@ where
         Command::Catalog(args) => catalog::run(&args, registry, out),
         Command::Check(args) => check::run(&args, registry, out),
         Command::Replay(args) => replay::run(&args, registry, out),
+        Command::Schema(args) => schema::run(&args, registry, out),
         Command::Serve(args) => serve::run(&args, registry, out),
     };
     match outcome {

@@ -172,6 +172,9 @@ fn write_comparison(
         writeln!(out, "{}", comparison.to_json())?;
     } else {
         write!(out, "{}", comparison.table())?;
+        if let Some(shadows) = kv_router_replay::shadow_table::shadow_table(&comparison.configs) {
+            write!(out, "\n{shadows}")?;
+        }
     }
     if let Some(path) = &args.report {
         std::fs::write(path, comparison.to_html()).map_err(|e| {

@@ -110,6 +110,11 @@ pub struct ServeArgs {
     /// `model_max_length`.
     #[arg(long, value_name = "TOKENS")]
     pub max_model_len: Option<usize>,
+    /// Turn on the admin routes (`GET`/`POST /admin/config`: show or reload the running
+    /// configuration) for callers presenting this file's token as `Authorization: Bearer`;
+    /// without it, the token in KV_ROUTER_ADMIN_TOKEN, and without either the routes are off.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// Runs `kv-router serve` until Ctrl-C.
@@ -118,8 +123,14 @@ pub fn run(
     registry: &PolicyRegistry,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let (setup, file_nats) = load_setup(args, registry)?;
+    let (source, setup, file_nats) = load_setup(args, registry)?;
     let nats = args.nats.effective(file_nats.as_ref())?;
+    let admin_token = crate::serve_admin::admin_token(args.admin_token_file.as_deref())?;
+    let loader = crate::serve_admin::ServeConfigLoader {
+        registry: registry.clone(),
+        overrides: overrides(args),
+        startup_nats: file_nats,
+    };
     init_logging();
     if !args.workers.is_empty() && args.simulate.is_some() {
         return Err(serve_error(
@@ -130,14 +141,20 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|error| serve_error(format!("cannot start the async runtime: {error}")))?;
-    runtime.block_on(serve(args, setup, nats, out))
+    let admin = AdminSetup {
+        loader,
+        source,
+        token: admin_token,
+    };
+    runtime.block_on(serve(args, setup, nats, admin, out))
 }
 
 /// Logs go to standard error, filtered by `RUST_LOG` (default: warnings and errors; e.g.
 /// `RUST_LOG=kv_router_service=info` shows each gateway request's span with its worker).
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,kv_router_service::admin=info")
+    });
     // A process that set its own subscriber (a test, a program embedding the CLI) keeps it.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -149,13 +166,24 @@ fn serve_error(message: String) -> CommandError {
     CommandError::Serve { message }
 }
 
+/// What the admin side needs from startup: how to load a reload, the text running now, and
+/// the token.
+struct AdminSetup {
+    loader: crate::serve_admin::ServeConfigLoader,
+    source: ConfigSource,
+    token: Option<kv_router_service::admin::AdminToken>,
+}
+
+fn overrides(args: &ServeArgs) -> ConfigOverrides {
+    ConfigOverrides {
+        router_mode: args.router_mode,
+    }
+}
+
 fn load_setup(
     args: &ServeArgs,
     registry: &PolicyRegistry,
-) -> Result<(RouterSetup, Option<NatsSettings>), CommandError> {
-    let overrides = ConfigOverrides {
-        router_mode: args.router_mode,
-    };
+) -> Result<(ConfigSource, RouterSetup, Option<NatsSettings>), CommandError> {
     let source = match &args.config {
         Some(path) => ConfigSource::read(path).map_err(|error| CommandError::Config {
             rendered: error.render(""),
@@ -165,15 +193,20 @@ fn load_setup(
             ConfigSource::new(name, text)
         }
     };
-    config::load_with_nats(&source, registry, &overrides).map_err(|error| CommandError::Config {
-        rendered: error.render(&source.text),
-    })
+    let (setup, nats) =
+        config::load_with_nats(&source, registry, &overrides(args)).map_err(|error| {
+            CommandError::Config {
+                rendered: error.render(&source.text),
+            }
+        })?;
+    Ok((source, setup, nats))
 }
 
 async fn serve(
     args: &ServeArgs,
     setup: RouterSetup,
     nats: Option<crate::serve_nats::EffectiveNats>,
+    admin: AdminSetup,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let block_size = setup.block_size;
@@ -251,6 +284,16 @@ async fn serve(
         .local_addr()
         .map_err(|error| serve_error(error.to_string()))?;
     writeln!(out, "kv-router serving on http://{address}")?;
+    let admin = crate::serve_admin::start(
+        &service,
+        admin.loader,
+        args.config.clone(),
+        &admin.source,
+        admin.token,
+        address,
+        out,
+    )?;
+    bound = bound.with_admin(admin);
     if let Some(gateway) = gateway {
         let gateway = gateway.start(&service);
         writeln!(

@@ -124,7 +124,7 @@ worker_selection:
         text(&output.stderr),
         format!(
             "\
-error: unknown field `hint`, expected one of type, parameters, hints; remove the key or correct its spelling
+error: unknown field `hint`, expected one of type, parameters, hints, shadow; remove the key or correct its spelling
   --> {}:4:5
   |
 2 |   decode:

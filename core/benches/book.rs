@@ -13,10 +13,12 @@ use dynamo_kv_router::plugins::prelude::*;
 use dynamo_kv_router::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
 use dynamo_kv_router::router::{
     HintOrigin, Prompt, RoleHint, RolePolicies, RouteRequest, Router, RouterMode, RouterOptions,
-    RouterSetup, WorkerCapabilities, WorkerInfo,
+    RouterSetup, ShadowPolicies, WorkerCapabilities, WorkerInfo,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use workload::*;
 
@@ -71,8 +73,21 @@ impl HintPolicy for FetchHint {
     }
 }
 
-fn build_router(workload: &Workload, with_hint: bool) -> Router {
-    let policies = RolePolicies {
+/// The live policies (cost selection and, when `with_hint`, the fetch hint), with `shadows`
+/// copies of them evaluated as shadows.
+fn role_policies(with_hint: bool, shadows: usize) -> RolePolicies {
+    let mut policies = live_policies(with_hint);
+    policies.shadows = (0..shadows)
+        .map(|n| ShadowPolicies {
+            name: format!("shadow-{n}"),
+            policies: live_policies(with_hint),
+        })
+        .collect();
+    policies
+}
+
+fn live_policies(with_hint: bool) -> RolePolicies {
+    RolePolicies {
         selection_type: "cost".into(),
         selection: ConstructedSelectionPolicy {
             instance: Arc::new(CostSelection),
@@ -90,7 +105,15 @@ fn build_router(workload: &Workload, with_hint: bool) -> Router {
         .into_iter()
         .filter(|_| with_hint)
         .collect(),
-    };
+        shadows: Vec::new(),
+    }
+}
+
+fn build_router(workload: &Workload, with_hint: bool) -> Router {
+    build_router_with(workload, role_policies(with_hint, 0))
+}
+
+fn build_router_with(workload: &Workload, policies: RolePolicies) -> Router {
     let setup = RouterSetup {
         router_mode: RouterMode::Kv,
         block_size: BLOCK_SIZE,
@@ -156,6 +179,92 @@ fn booking_percentiles(router: &Router, requests: &[RouteRequest], samples: u64)
     )
 }
 
+/// Evaluates `router`'s shadows on a thread of its own until the returned flag is set, as the
+/// service's evaluator does.
+fn shadow_evaluator(router: &Arc<Router>) -> (Arc<AtomicBool>, std::thread::JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (router, stop) = (Arc::clone(router), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut evaluated = 0;
+            while !stop.load(Ordering::Relaxed) {
+                evaluated += router.run_shadows_paced(
+                    Duration::from_millis(5),
+                    dynamo_kv_router::router::SHADOW_EVALUATOR_SHARE,
+                );
+            }
+            evaluated
+        })
+    };
+    (stop, thread)
+}
+
+/// Booking p50 without shadows and with one, on one router (one index in memory) whose
+/// policies are swapped between turns of `per_turn` bookings ([`Router::replace_policies`]);
+/// the median of each side's turn p50s. With one shadow it is measured twice: with its
+/// evaluator thread running beside the bookings at its default share of a core (as in the
+/// service; the evaluator runs during that turn only and what it left queued is evaluated,
+/// untimed, after it), and with the queue evaluated every 256 bookings on the booking thread,
+/// untimed (what a booking pays to leave its case).
+fn shadow_cost(
+    workload: &Workload,
+    requests: &[RouteRequest],
+    turns: usize,
+    per_turn: u64,
+) -> String {
+    let router = Arc::new(build_router(workload, true));
+    let setup = |shadows: usize| RouterSetup {
+        router_mode: RouterMode::Kv,
+        block_size: BLOCK_SIZE,
+        roles: BTreeMap::from([(Role::Decode, role_policies(true, shadows))]),
+    };
+    let p50 = |drain: bool| {
+        let mut one = book_loop(&router, requests);
+        let mut latencies: Vec<Duration> = (0..per_turn)
+            .map(|n| {
+                if drain && n % 256 == 0 {
+                    router.run_pending_shadows(None);
+                }
+                one(1)
+            })
+            .collect();
+        latencies.sort_unstable();
+        latencies[latencies.len() / 2].as_secs_f64() * 1e6
+    };
+    let swap = |shadows: usize| {
+        if let Err(error) = router.replace_policies(setup(shadows)) {
+            panic!("{error}");
+        }
+    };
+    let (mut without, mut with_thread, mut capture_only) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut evaluated_beside, mut left_over) = (0, 0);
+    for _ in 0..turns {
+        swap(0);
+        without.push(p50(false));
+        swap(1);
+        let (stop, evaluator) = shadow_evaluator(&router);
+        with_thread.push(p50(false));
+        stop.store(true, Ordering::Relaxed);
+        evaluated_beside += evaluator.join().unwrap_or_default();
+        left_over += router.run_pending_shadows(None);
+        capture_only.push(p50(true));
+        router.run_pending_shadows(None);
+    }
+    let median = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let without = median(&mut without);
+    let with_thread = median(&mut with_thread);
+    let capture_only = median(&mut capture_only);
+    format!(
+        "booking p50 without shadows {without:.2} µs; with one shadow, its evaluator running beside {with_thread:.2} µs ({:.3}×), evaluated between bookings {capture_only:.2} µs ({:.3}×); median of {turns} turns of {per_turn} bookings each; beside: {evaluated_beside} evaluated during the turns, {left_over} after them, {} dropped",
+        with_thread / without,
+        capture_only / without,
+        router.shadow_cases_dropped()
+    )
+}
+
 fn bench_book(c: &mut Criterion) {
     let workload = build();
     let router = build_router(&workload, true);
@@ -193,6 +302,15 @@ fn bench_book(c: &mut Criterion) {
     group.bench_function("book_without_hint_policy", |b| {
         b.iter_custom(book_loop(&router_without_hint, &requests));
     });
+    {
+        let shadowed = Arc::new(build_router_with(&workload, role_policies(true, 1)));
+        let (stop, evaluator) = shadow_evaluator(&shadowed);
+        group.bench_function("book_with_one_shadow", |b| {
+            b.iter_custom(book_loop(&shadowed, &requests));
+        });
+        stop.store(true, Ordering::Relaxed);
+        let _ = evaluator.join();
+    }
     let mut next = 0usize;
     group.bench_function("floor_hash_and_probe", |b| {
         // What the router does before its policies run: hash into a reused buffer, then one
@@ -248,6 +366,10 @@ fn bench_book(c: &mut Criterion) {
     println!(
         "per-booking latency, book_without_hint_policy: {}",
         booking_percentiles(&router_without_hint, &requests, 50_000)
+    );
+    println!(
+        "shadow cost: {}",
+        shadow_cost(&workload, &requests, 21, 3_000)
     );
     let metrics = router.metrics();
     println!(

@@ -2,6 +2,7 @@
 //! Not a public API: names here may change in any release.
 
 pub use inventory;
+pub use schemars;
 pub use serde;
 pub use std::borrow::Cow;
 
@@ -11,8 +12,10 @@ pub use crate::plugins::{
     WorkerSelectionConstructor, WorkerSelectionParameters, WorkerSelectionPolicy,
 };
 
+use schemars::{JsonSchema, Schema};
 use serde::de::DeserializeOwned;
 use std::fmt::Display;
+use std::marker::PhantomData;
 
 /// Provider for a hint policy whose struct is its own parameters type.
 pub fn build_hint_from_self<T>(
@@ -62,4 +65,47 @@ where
     let config: P = parameters.deserialize()?;
     let policy = T::try_from(config).map_err(ParameterError::rejected)?;
     Ok(WorkerSelectionConstructor::shared(policy))
+}
+
+/// Asks whether the parameters type `T` describes itself, by autoref specialization: the
+/// generated code calls `(&ParametersProbe::<T>::NEW).parameters_schema()` with both traits in
+/// scope, and method lookup takes [`DescribedParameters`] (on `&ParametersProbe<T>`) when
+/// `T: JsonSchema`, else [`UndescribedParameters`] (on `ParametersProbe<T>`, one deref away).
+pub struct ParametersProbe<T: ?Sized>(PhantomData<fn() -> Box<T>>);
+
+impl<T: ?Sized> ParametersProbe<T> {
+    /// The probe.
+    pub const NEW: Self = Self(PhantomData);
+}
+
+impl<T: ?Sized> Clone for ParametersProbe<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized> Copy for ParametersProbe<T> {}
+
+/// The probe's answer for a parameters type that implements [`JsonSchema`]: its schema.
+pub trait DescribedParameters {
+    /// The parameters' schema.
+    fn parameters_schema(self) -> Option<Schema>;
+}
+
+impl<T: JsonSchema> DescribedParameters for &ParametersProbe<T> {
+    fn parameters_schema(self) -> Option<Schema> {
+        Some(crate::plugins::parameters_schema_of::<T>())
+    }
+}
+
+/// The probe's answer for any other parameters type: not described.
+pub trait UndescribedParameters {
+    /// No schema.
+    fn parameters_schema(self) -> Option<Schema>;
+}
+
+impl<T: ?Sized> UndescribedParameters for ParametersProbe<T> {
+    fn parameters_schema(self) -> Option<Schema> {
+        None
+    }
 }

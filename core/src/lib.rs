@@ -47,6 +47,10 @@ pub mod router;
 pub mod setup;
 pub mod wire;
 
+/// The `schemars` this crate is built with. A plugin crate describes its parameters to
+/// `kv-router schema` and `catalog describe` by deriving `JsonSchema` with
+/// `#[schemars(crate = "dynamo_kv_router::schemars")]`.
+pub use schemars;
 /// The `serde` this crate is built with. A plugin crate that depends on `dynamo-kv-router`
 /// alone derives `Deserialize` for its parameters with
 /// `#[serde(crate = "dynamo_kv_router::serde")]`.

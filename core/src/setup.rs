@@ -100,6 +100,34 @@ pub struct RolePolicies {
     pub selection: ConstructedSelectionPolicy,
     /// The hint policies, in the order they run.
     pub hints: Vec<RoleHint>,
+    /// The role's shadow policies, in configuration order (empty for a shadow itself).
+    pub shadows: Vec<ShadowPolicies>,
+}
+
+impl RolePolicies {
+    /// A role running `selection` (of type `selection_type`) and `hints`, with no shadows.
+    pub fn new(
+        selection_type: impl Into<String>,
+        selection: ConstructedSelectionPolicy,
+        hints: Vec<RoleHint>,
+    ) -> Self {
+        Self {
+            selection_type: selection_type.into(),
+            selection,
+            hints,
+            shadows: Vec::new(),
+        }
+    }
+}
+
+/// A candidate configuration of a role that sees every request the role books and records what
+/// it would have done (its choice, cached blocks, hints), while the live policies book.
+#[derive(Clone)]
+pub struct ShadowPolicies {
+    /// Its name in reports: the entry's `name`, else its selection type.
+    pub name: String,
+    /// Its selection and hint policies.
+    pub policies: RolePolicies,
 }
 
 /// Everything a router needs from its configuration, already validated and constructed.

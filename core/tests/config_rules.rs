@@ -869,3 +869,125 @@ error: worker_selection.decode.hints[0].parameters.max_blocks: invalid type: str
 "
     );
 }
+
+const SHADOW_YAML: &str = "\
+worker_selection:
+  decode:
+    type: kvcr
+    hints:
+      - type: kv_fetch
+    shadow:
+      - dynamo-default-cost-fn
+      - type: kvcr
+        name: kvcr-wide
+        parameters: {shared_cache_multiplier: 0.9}
+        hints:
+          - type: kv_fetch
+";
+
+#[test]
+fn shadows_load_as_roles_do_with_their_names() {
+    let setup = load(SHADOW_YAML).unwrap();
+    let decode = &setup.roles[&Role::Decode];
+    let shadows: Vec<(&str, &str)> = decode
+        .shadows
+        .iter()
+        .map(|shadow| {
+            (
+                shadow.name.as_str(),
+                shadow.policies.selection_type.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shadows,
+        [
+            ("dynamo-default-cost-fn", "dynamo-default-cost-fn"),
+            ("kvcr-wide", "kvcr")
+        ]
+    );
+    let wide = &decode.shadows[1].policies;
+    assert_eq!(
+        wide.hints
+            .iter()
+            .map(|hint| hint.label())
+            .collect::<Vec<_>>(),
+        ["kv_fetch"]
+    );
+    assert!(wide.shadows.is_empty());
+    // The live hints are the role's own.
+    assert_eq!(hint_labels(&setup, Role::Decode).len(), 1);
+}
+
+#[test]
+fn two_shadows_with_one_name_fail_at_the_second() {
+    let yaml = "\
+worker_selection:
+  decode:
+    type: dynamo-default-cost-fn
+    shadow:
+      - dynamo-default-cost-fn
+      - type: kvcr
+        name: dynamo-default-cost-fn
+";
+    let error = failure(yaml);
+    assert_eq!(at(&error), (7, 15));
+    let message = error.to_string();
+    assert!(
+        message.contains("worker_selection.decode.shadow[1]")
+            && message.contains("already used by worker_selection.decode.shadow[0]"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_shadow_is_checked_as_a_role_entry_is_at_its_own_path() {
+    let unknown = failure(
+        "worker_selection:\n  decode:\n    type: kvcr\n    shadow:\n      - type: no-such-policy\n",
+    );
+    assert_eq!(at(&unknown), (5, 15));
+    assert!(
+        unknown
+            .to_string()
+            .contains("worker_selection.decode.shadow[0].type"),
+        "{unknown}"
+    );
+    let bad_parameter = failure(
+        "worker_selection:\n  decode:\n    type: kvcr\n    shadow:\n      - type: kvcr\n        parameters: {shared_cache_multiplier: 3}\n",
+    );
+    assert_eq!(at(&bad_parameter).0, 6);
+    assert!(
+        bad_parameter
+            .to_string()
+            .contains("worker_selection.decode.shadow[0].parameters.shared_cache_multiplier"),
+        "{bad_parameter}"
+    );
+    let bad_name = failure(
+        "worker_selection:\n  decode:\n    type: kvcr\n    shadow:\n      - type: kvcr\n        name: 'has space'\n",
+    );
+    assert_eq!(at(&bad_name), (6, 15));
+    assert!(
+        bad_name.to_string().contains("invalid shadow name"),
+        "{bad_name}"
+    );
+}
+
+#[test]
+fn shadows_need_the_kv_path_and_have_no_shadows_of_their_own() {
+    let blind = failure(
+        "router_mode: round-robin\nworker_selection:\n  decode:\n    type: dynamo-default-cost-fn\n    hints: []\n    shadow: [kvcr]\n",
+    );
+    assert_eq!(at(&blind).0, 6);
+    assert!(
+        blind.to_string().contains("router_mode is `round-robin`"),
+        "{blind}"
+    );
+    let nested = failure(
+        "worker_selection:\n  decode:\n    type: kvcr\n    shadow:\n      - type: kvcr\n        shadow: [kvcr]\n",
+    );
+    assert_eq!(at(&nested).0, 6);
+    assert!(
+        nested.to_string().contains("unknown field `shadow`"),
+        "{nested}"
+    );
+}

@@ -17,12 +17,15 @@ pub fn expand(policy: &Policy, item: TokenStream) -> TokenStream {
     let commitments = commitments(policy, &private);
     let doc = doc(policy);
     let parameters_type = parameters_type(policy);
+    let parameters_schema = parameters_schema(policy, &private);
 
     quote! {
         #item
 
         #[doc(hidden)]
         const _: () = {
+            #parameters_schema
+
             const REGISTRATION: #private::PolicyRegistration = #private::PolicyRegistration {
                 name: #name,
                 build: #build,
@@ -31,6 +34,7 @@ pub fn expand(policy: &Policy, item: TokenStream) -> TokenStream {
                 doc: #doc,
                 type_name: ::core::stringify!(#ident),
                 parameters_type: #parameters_type,
+                parameters_schema: __parameters_schema,
                 crate_name: ::core::env!("CARGO_PKG_NAME"),
                 file: ::core::file!(),
                 line: ::core::line!(),
@@ -115,6 +119,29 @@ fn parameters_type(policy: &Policy) -> TokenStream {
             quote!(#text)
         }
         None => quote!(::core::stringify!(#ident)),
+    }
+}
+
+/// The function recording the parameters' JSON Schema: `Some` when the parameters type (the
+/// struct itself without `parameters =`) implements `JsonSchema`, `None` otherwise, by autoref
+/// specialization, so a type that does not derive it still compiles and is "not described".
+///
+/// The type tokens keep the user's spans; an unresolved type is the same error at the same
+/// place as in the provider, which rustc reports once.
+fn parameters_schema(policy: &Policy, private: &TokenStream) -> TokenStream {
+    let parameters = match &policy.parameters {
+        Some(parameters) => quote!(#parameters),
+        None => {
+            let ident = &policy.ident;
+            quote!(#ident)
+        }
+    };
+    quote! {
+        fn __parameters_schema() -> ::core::option::Option<#private::schemars::Schema> {
+            #[allow(unused_imports)]
+            use #private::{DescribedParameters as _, UndescribedParameters as _};
+            (&#private::ParametersProbe::<#parameters>::NEW).parameters_schema()
+        }
     }
 }
 

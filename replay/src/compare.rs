@@ -4,6 +4,7 @@ use crate::cluster::{ClusterConfig, ClusterError};
 use crate::hit_rate::IdealHitRate;
 use crate::replicas::ReplicatedRouter;
 use crate::report::{Comparison, WorkloadInfo};
+use crate::router_port::RouterPort;
 use crate::simulation::{SimulationError, simulate, stages_for};
 use crate::summary::ConfigReport;
 use crate::trace::BadLine;
@@ -127,23 +128,26 @@ pub fn compare(
             seed: options.router_seed,
             ..RouterOptions::default()
         };
-        let simulated = if let Some(approximate) = without_events {
-            let router = WithoutEventsRouter::new(setup, router_options, approximate);
-            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+        let router: Box<dyn RouterPort> = if let Some(approximate) = without_events {
+            Box::new(WithoutEventsRouter::new(setup, router_options, approximate))
         } else if options.replicas > 1 {
-            let router =
-                ReplicatedRouter::new(&setup, router_options, options.replicas, options.sync_lag);
-            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+            Box::new(ReplicatedRouter::new(
+                &setup,
+                router_options,
+                options.replicas,
+                options.sync_lag,
+            ))
         } else {
-            let router = Router::new(setup, router_options);
-            simulate(&router, workload, &cluster, &stages, &mut |n| bar.inc(n))
+            Box::new(Router::new(setup, router_options))
         };
+        let simulated = simulate(&*router, workload, &cluster, &stages, &mut |n| bar.inc(n));
         let result = simulated.map_err(|source| ReplayError::Simulation {
             config: name.clone(),
             source,
         })?;
         let mut report = ConfigReport::from_result(&name, &router_mode, &result);
         report.without_kv_events = without_events;
+        report.shadows = router.shadow_reports();
         reports.push(report);
     }
     bar.finish_and_clear();

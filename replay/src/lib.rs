@@ -18,6 +18,7 @@ pub mod outcome;
 pub mod replicas;
 pub mod report;
 pub mod router_port;
+pub mod shadow_table;
 pub mod simulation;
 pub mod summary;
 pub mod synthetic;

@@ -172,4 +172,18 @@ impl RouterPort for ReplicatedRouter {
     fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         self.replicas[0].cached_prefix(worker, sequence_hashes)
     }
+
+    fn run_shadows(&self) {
+        for replica in &self.replicas {
+            replica.run_pending_shadows(None);
+        }
+    }
+
+    fn shadow_reports(&self) -> Vec<dynamo_kv_router::metrics::ShadowReport> {
+        crate::shadow_table::merge_shadow_reports(
+            self.replicas
+                .iter()
+                .flat_map(|replica| replica.shadow_reports()),
+        )
+    }
 }

@@ -2,6 +2,7 @@
 //! completions. [`Router`] implements it; tests use small stand-ins.
 
 use dynamo_kv_router::kv::{RouterEvent, SequenceHash};
+use dynamo_kv_router::metrics::ShadowReport;
 use dynamo_kv_router::router::{
     BookError, Booking, RouteRequest, Router, RouterError, WorkerId, WorkerInfo,
 };
@@ -30,6 +31,15 @@ pub trait RouterPort {
     fn receives_events(&self) -> bool {
         true
     }
+    /// Evaluates the shadow policies on the bookings made so far; the simulation calls it
+    /// after each booking, outside the booking's timing, so a replay shadows every booking
+    /// and its figures do not depend on timing.
+    fn run_shadows(&self) {}
+    /// What the configuration's shadow policies would have done on the bookings so far (none
+    /// without a `shadow` entry).
+    fn shadow_reports(&self) -> Vec<ShadowReport> {
+        Vec::new()
+    }
 }
 
 impl RouterPort for Router {
@@ -55,5 +65,13 @@ impl RouterPort for Router {
 
     fn cached_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         Router::cached_prefix(self, worker, sequence_hashes)
+    }
+
+    fn run_shadows(&self) {
+        self.run_pending_shadows(None);
+    }
+
+    fn shadow_reports(&self) -> Vec<ShadowReport> {
+        Router::shadow_reports(self)
     }
 }

@@ -172,6 +172,10 @@ pub struct ConfigReport {
     pub ttft_cdf: Vec<(f64, f64)>,
     /// Disagreements between the simulated workers and the router (all zero when sound).
     pub invariants: Invariants,
+    /// What the configuration's shadow policies would have done (absent without a `shadow`
+    /// entry); see [`shadow_table`](crate::shadow_table).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<dynamo_kv_router::metrics::ShadowReport>,
 }
 
 impl ConfigReport {
@@ -200,6 +204,7 @@ impl ConfigReport {
             hit_rate_over_time: hit_rate_over_time(result),
             ttft_cdf,
             invariants: result.invariants,
+            shadows: Vec::new(),
         }
     }
 }

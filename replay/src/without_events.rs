@@ -59,6 +59,14 @@ impl RouterPort for WithoutEventsRouter {
         self.router.cached_prefix(worker, sequence_hashes)
     }
 
+    fn run_shadows(&self) {
+        self.router.run_pending_shadows(None);
+    }
+
+    fn shadow_reports(&self) -> Vec<dynamo_kv_router::metrics::ShadowReport> {
+        self.router.shadow_reports()
+    }
+
     fn set_time(&self, now_us: u64) {
         self.clock.set(Duration::from_micros(now_us));
     }

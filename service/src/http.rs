@@ -213,6 +213,10 @@ async fn dump(State(service): State<Arc<SelectionService>>) -> Response {
     answer(StatusCode::OK, service.dump())
 }
 
+async fn shadow(State(service): State<Arc<SelectionService>>) -> Response {
+    json_response(StatusCode::OK, &service.shadow_reports())
+}
+
 async fn metrics(State(service): State<Arc<SelectionService>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -256,6 +260,7 @@ pub fn router(service: Arc<SelectionService>) -> Router {
         .route("/overlap_scores", post(overlap_scores))
         .route("/dump", get(dump))
         .route("/metrics", get(metrics))
+        .route("/shadow", get(shadow))
         .merge(crate::replica::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

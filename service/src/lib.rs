@@ -7,6 +7,7 @@
 //! service subscribes to each registered worker rank, asks the engine to replay what it
 //! missed, and feeds the events into the partition's KV index.
 
+pub mod admin;
 pub mod booking_lifecycle;
 pub mod engine_event;
 pub mod engine_publisher;
@@ -36,6 +37,7 @@ pub mod selection_request;
 pub mod selection_response;
 pub mod selection_service;
 pub mod serve;
+pub mod shadow;
 pub mod simulated_engines;
 pub mod snapshot;
 pub mod token_array;

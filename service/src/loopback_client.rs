@@ -114,10 +114,26 @@ impl LoopbackClient {
         path: &str,
         body: Option<&[u8]>,
     ) -> std::io::Result<HttpAnswer> {
+        self.send_with_headers(method, path, &[], body).await
+    }
+
+    /// Sends one request with `headers` (name, value) besides `Host` and the body's, and
+    /// reads its answer.
+    pub async fn send_with_headers(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> std::io::Result<HttpAnswer> {
         self.request.clear();
         self.request.extend_from_slice(
             format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.address).as_bytes(),
         );
+        for (name, value) in headers {
+            self.request
+                .extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
         if let Some(body) = body {
             self.request.extend_from_slice(
                 format!(

@@ -7,7 +7,7 @@ use crate::worker_record::{
     MAX_DATA_PARALLEL_RANKS, WorkerCatalogRecord, WorkerLifecycle, WorkerPatchRequest,
     WorkerRequest,
 };
-use dynamo_kv_router::router::{WorkerCapabilities, WorkerId, WorkerInfo};
+use dynamo_kv_router::router::{RouterSetup, WorkerCapabilities, WorkerId, WorkerInfo};
 use std::sync::Arc;
 
 impl SelectionService {
@@ -72,7 +72,7 @@ impl SelectionService {
     }
 
     /// Replaces whatever the catalog held for the record's worker with the record, checked.
-    fn reconcile(
+    pub(crate) fn reconcile(
         &self,
         mut record: WorkerCatalogRecord,
     ) -> Result<WorkerCatalogRecord, ServiceError> {
@@ -90,7 +90,7 @@ impl SelectionService {
         record
             .not_schedulable_reasons
             .extend(self.ingress.missing_metadata(&record));
-        if !self.setup.roles.contains_key(&record.role.0) {
+        if !self.setup.read().roles.contains_key(&record.role.0) {
             record.not_schedulable_reasons.push(format!(
                 "role `{}` has no worker_selection entry in the router configuration",
                 record.role.0
@@ -161,13 +161,15 @@ impl SelectionService {
         let eagle = record.is_eagle.unwrap_or(false);
         let mut partitions = self.partitions.write();
         let partition = partitions.entry(key.clone()).or_insert_with(|| {
-            Arc::new(Partition::new(
+            let partition = Arc::new(Partition::new(
                 key.clone(),
-                self.setup.clone(),
+                RouterSetup::clone(&self.setup.read()),
                 self.options,
                 block_size,
                 eagle,
-            ))
+            ));
+            crate::shadow::shadow_evaluator::start_shadow_evaluator(&partition);
+            partition
         });
         if partition.block_size != block_size {
             return Err(format!(

@@ -23,7 +23,9 @@ pub(crate) struct CatalogEntry {
 
 /// The selection service: everything the HTTP routes read and change.
 pub struct SelectionService {
-    pub(crate) setup: RouterSetup,
+    /// The configuration's roles and policies, for partitions made from now on (replaced by
+    /// a configuration reload, see `admin`).
+    pub(crate) setup: RwLock<Arc<RouterSetup>>,
     pub(crate) options: RouterOptions,
     pub(crate) ingress: Arc<dyn KvEventIngress>,
     pub(crate) catalog: RwLock<BTreeMap<u64, CatalogEntry>>,
@@ -73,7 +75,7 @@ impl SelectionService {
         ingress: Arc<dyn KvEventIngress>,
     ) -> Self {
         Self {
-            setup,
+            setup: RwLock::new(Arc::new(setup)),
             options,
             ingress,
             catalog: RwLock::new(BTreeMap::new()),

@@ -1,5 +1,6 @@
 //! Running the service: bind, serve until shut down.
 
+use crate::admin::AdminRoutes;
 use crate::gateway::Gateway;
 use crate::http::router;
 use crate::selection_service::SelectionService;
@@ -32,6 +33,7 @@ pub struct BoundService {
     listener: TcpListener,
     service: Arc<SelectionService>,
     gateway: Option<Arc<Gateway>>,
+    admin: Option<AdminRoutes>,
 }
 
 impl BoundService {
@@ -45,12 +47,19 @@ impl BoundService {
             listener,
             service,
             gateway: None,
+            admin: None,
         })
     }
 
     /// Serves `gateway`'s OpenAI routes beside the selection API.
     pub fn with_gateway(mut self, gateway: Arc<Gateway>) -> Self {
         self.gateway = Some(gateway);
+        self
+    }
+
+    /// Serves the admin routes (`/admin/config`) beside the selection API.
+    pub fn with_admin(mut self, admin: AdminRoutes) -> Self {
+        self.admin = Some(admin);
         self
     }
 
@@ -67,6 +76,9 @@ impl BoundService {
         let mut routes = router(self.service);
         if let Some(gateway) = self.gateway {
             routes = routes.merge(crate::gateway::routes(gateway));
+        }
+        if let Some(admin) = self.admin {
+            routes = routes.merge(admin.routes());
         }
         // Small writes (an SSE chunk per token) go out at once, not after Nagle's wait.
         let listener = self.listener.tap_io(|tcp| {

@@ -216,6 +216,38 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: NameProblem,
     },
+    /// Shadows are listed while the router does not route on KV.
+    #[error(
+        "{path}: shadow policies are listed while router_mode is `{mode}`; shadows are evaluated on the KV path only: use router_mode `kv`, or remove `shadow`"
+    )]
+    ShadowOutsideKvMode {
+        /// The `shadow` path.
+        path: String,
+        /// The effective router mode.
+        mode: RouterMode,
+    },
+    /// Two shadows of a role share a name (or a name equals an unnamed shadow's type).
+    #[error(
+        "{path}: shadow name `{name}` is already used by {other} in this role; give each shadow a unique `name`"
+    )]
+    DuplicateShadowName {
+        /// The path of the second shadow.
+        path: String,
+        /// The name.
+        name: String,
+        /// The shadow that uses it first.
+        other: String,
+    },
+    /// A shadow name does not match `[A-Za-z0-9_.-]+`.
+    #[error("{path}: invalid shadow name {name:?}: {problem}")]
+    MalformedShadowName {
+        /// The path of the `name`.
+        path: String,
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        problem: NameProblem,
+    },
     /// The selection policy commits KV copies and no hint policy sends them.
     #[error(
         "{path}: worker-selection policy `{selection}`, as configured, commits KV copies, but the role runs no hint policy that sends them; add exactly one to `hints` ({available}), or configure `{selection}` not to commit copies"

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod error;
+pub mod json_schema;
 pub mod nats_section;
 pub mod parameter_tree;
 pub mod position;
@@ -25,7 +26,7 @@ pub mod source;
 pub use error::{ConfigError, ConfigProblem};
 pub use nats_section::{NatsSection, NatsSettings};
 pub use position::Position;
-pub use schema::{HintEntry, Located, RoleEntry, RouterConfig, WorkerSelectionConfig};
+pub use schema::{HintEntry, Located, RoleEntry, RouterConfig, ShadowEntry, WorkerSelectionConfig};
 pub use setup_builder::{ConfigOverrides, DEFAULT_BLOCK_SIZE, build_setup};
 pub use source::{ConfigSource, MAX_CONFIG_BYTES};
 

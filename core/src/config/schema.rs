@@ -10,6 +10,9 @@
 //!     hints:
 //!       - type: kv_fetch
 //!         parameters: {min_additional_blocks: 4}
+//!     shadow:                # candidates evaluated beside the live policies, off the hot path
+//!       - type: dynamo-default-cost-fn
+//!         name: default-cost
 //!   prefill: dynamo-default-cost-fn
 //! ```
 
@@ -119,12 +122,15 @@ pub struct RoleEntry {
     pub parameters: Option<ParameterNode>,
     /// The `hints` list, if the key is present (absent: the registered defaults run).
     pub hints: Option<Located<Vec<Located<HintEntry>>>>,
+    /// The `shadow` list, if the key is present: policies evaluated beside the live ones
+    /// (never in a shadow entry itself).
+    pub shadow: Option<Located<Vec<Located<ShadowEntry>>>>,
 }
 
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a worker-selection entry: a policy type, or a mapping with `type` and optional `parameters` and `hints`"
+    expecting = "a worker-selection entry: a policy type, or a mapping with `type` and optional `parameters`, `hints` and `shadow`"
 )]
 struct RoleEntryMapping {
     #[serde(rename = "type")]
@@ -133,6 +139,8 @@ struct RoleEntryMapping {
     parameters: Option<ParameterNode>,
     #[serde(default, deserialize_with = "present")]
     hints: Option<Located<Vec<Located<HintEntry>>>>,
+    #[serde(default, deserialize_with = "present")]
+    shadow: Option<Located<Vec<Located<ShadowEntry>>>>,
 }
 
 impl<'de> Deserialize<'de> for RoleEntry {
@@ -148,20 +156,12 @@ impl<'de> Visitor<'de> for RoleEntryVisitor {
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "a worker-selection entry: a policy type (`prefill: dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters` and `hints`",
+            "a worker-selection entry: a policy type (`prefill: dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `shadow`",
         )
     }
 
     fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
-        Ok(RoleEntry {
-            // The caller's `Located` wrapper knows the position; it is filled in there.
-            policy_type: Located {
-                position: Position::UNKNOWN,
-                value: value.to_owned(),
-            },
-            parameters: None,
-            hints: None,
-        })
+        Ok(RoleEntry::bare(value))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
@@ -170,6 +170,88 @@ impl<'de> Visitor<'de> for RoleEntryVisitor {
             policy_type: mapping.policy_type,
             parameters: mapping.parameters,
             hints: mapping.hints,
+            shadow: mapping.shadow,
+        })
+    }
+}
+
+impl RoleEntry {
+    /// The bare form, `prefill: dynamo-default-cost-fn`: the type alone. Its position is
+    /// unknown here; the caller's `Located` wrapper knows it (see [`locate_bare_types`]).
+    fn bare(policy_type: &str) -> Self {
+        RoleEntry {
+            policy_type: Located {
+                position: Position::UNKNOWN,
+                value: policy_type.to_owned(),
+            },
+            parameters: None,
+            hints: None,
+            shadow: None,
+        }
+    }
+}
+
+/// One item of a role's `shadow` list: a selection policy (with its hints) that sees every
+/// request of the role and records what it would have done, without booking anything.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShadowEntry {
+    /// The policies, as a role entry would give them (never with a `shadow` of their own).
+    pub policies: RoleEntry,
+    /// The shadow's name in `/shadow` and on `/metrics` (default: its selection type); needed
+    /// when the role shadows one type more than once.
+    pub name: Option<Located<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a shadow entry: a policy type, or a mapping with `type` and optional `parameters`, `hints` and `name`"
+)]
+struct ShadowEntryMapping {
+    #[serde(rename = "type")]
+    policy_type: Located<String>,
+    #[serde(default)]
+    parameters: Option<ParameterNode>,
+    #[serde(default, deserialize_with = "present")]
+    hints: Option<Located<Vec<Located<HintEntry>>>>,
+    #[serde(default, deserialize_with = "present")]
+    name: Option<Located<String>>,
+}
+
+impl<'de> Deserialize<'de> for ShadowEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ShadowEntryVisitor)
+    }
+}
+
+struct ShadowEntryVisitor;
+
+impl<'de> Visitor<'de> for ShadowEntryVisitor {
+    type Value = ShadowEntry;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a shadow entry: a policy type (`- dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `name`",
+        )
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(ShadowEntry {
+            policies: RoleEntry::bare(value),
+            name: None,
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mapping = ShadowEntryMapping::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(ShadowEntry {
+            policies: RoleEntry {
+                policy_type: mapping.policy_type,
+                parameters: mapping.parameters,
+                hints: mapping.hints,
+                shadow: None,
+            },
+            name: mapping.name,
         })
     }
 }
@@ -241,6 +323,17 @@ pub(super) fn locate_bare_types(config: &mut RouterConfig) {
     {
         if !entry.value.policy_type.position.is_known() {
             entry.value.policy_type.position = entry.position;
+        }
+        for shadow in entry
+            .value
+            .shadow
+            .iter_mut()
+            .flat_map(|list| &mut list.value)
+        {
+            let policy_type = &mut shadow.value.policies.policy_type;
+            if !policy_type.position.is_known() {
+                policy_type.position = shadow.position;
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::error::{ConfigError, ConfigProblem};
 use super::parameter_tree::{ParameterNode, ParameterValue};
 use super::position::Position;
-use super::schema::{HintEntry, Located, RoleEntry, RouterConfig};
+use super::schema::{HintEntry, Located, RoleEntry, RouterConfig, ShadowEntry};
 use crate::identity::Role;
 use crate::plugins::name;
 use crate::plugins::registry::{ConstructedHintPolicy, ConstructedSelectionPolicy};
@@ -12,7 +12,7 @@ use crate::plugins::{
     Commitments, HintPolicyEntry, ParameterError, ParameterErrorKind, Partition, PolicyEntry,
     PolicyParameters, PolicyRegistry, RegistryError,
 };
-use crate::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
+use crate::setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup, ShadowPolicies};
 use std::collections::{BTreeMap, HashMap};
 
 /// Tokens per KV block when the configuration has no `block_size`.
@@ -107,9 +107,87 @@ impl Builder<'_> {
         self.error(policy_type.position, role, problem)
     }
 
-    /// Builds one role's policies, checking each startup rule in turn.
+    /// Builds one role's policies and its shadows, checking each startup rule in turn.
     fn role(&self, role: Role, entry: &Located<RoleEntry>) -> Result<RolePolicies, ConfigError> {
         let path = format!("worker_selection.{role}");
+        let mut policies = self.policies(role, &path, entry)?;
+        if let Some(list) = &entry.value.shadow {
+            policies.shadows = self.shadows(role, &path, list)?;
+        }
+        Ok(policies)
+    }
+
+    /// The role's shadows, each built as a role entry is. Rules: shadows run on the KV path
+    /// only, and their names (a `name`, else the type) are valid and unique in the role.
+    fn shadows(
+        &self,
+        role: Role,
+        path: &str,
+        list: &Located<Vec<Located<ShadowEntry>>>,
+    ) -> Result<Vec<ShadowPolicies>, ConfigError> {
+        if self.router_mode != RouterMode::Kv && !list.value.is_empty() {
+            return Err(self.error(
+                list.position,
+                role,
+                ConfigProblem::ShadowOutsideKvMode {
+                    path: format!("{path}.shadow"),
+                    mode: self.router_mode,
+                },
+            ));
+        }
+        let mut shadows: Vec<ShadowPolicies> = Vec::with_capacity(list.value.len());
+        let mut paths: Vec<String> = Vec::with_capacity(list.value.len());
+        for (index, item) in list.value.iter().enumerate() {
+            let item_path = format!("{path}.shadow[{index}]");
+            let (name, position) = match &item.value.name {
+                Some(name) => {
+                    name::check_syntax(&name.value).map_err(|problem| {
+                        self.error(
+                            name.position,
+                            role,
+                            ConfigProblem::MalformedShadowName {
+                                path: format!("{item_path}.name"),
+                                name: name.value.clone(),
+                                problem,
+                            },
+                        )
+                    })?;
+                    (name.value.clone(), name.position)
+                }
+                None => (item.value.policies.policy_type.value.clone(), item.position),
+            };
+            if let Some(first) = shadows.iter().position(|shadow| shadow.name == name) {
+                return Err(self.error(
+                    position,
+                    role,
+                    ConfigProblem::DuplicateShadowName {
+                        path: item_path,
+                        name,
+                        other: paths[first].clone(),
+                    },
+                ));
+            }
+            let entry = Located {
+                position: item.position,
+                value: item.value.policies.clone(),
+            };
+            let policies = self.policies(role, &item_path, &entry)?;
+            tracing::debug!(%role, shadow = %name, policy = %policies.selection_type, "constructed a shadow");
+            shadows.push(ShadowPolicies { name, policies });
+            paths.push(item_path);
+        }
+        Ok(shadows)
+    }
+
+    /// Builds the selection and hint policies of the entry at `path` (a role, or one of its
+    /// shadows).
+    fn policies(
+        &self,
+        role: Role,
+        path: &str,
+        entry: &Located<RoleEntry>,
+    ) -> Result<RolePolicies, ConfigError> {
+        let path = path.to_owned();
         let partition = Partition {
             role,
             block_size: self.block_size,
@@ -127,11 +205,11 @@ impl Builder<'_> {
         {
             self.check_one_kv_copy_sender(role, &path, entry, &hints)?;
         }
-        Ok(RolePolicies {
-            selection_type: entry.value.policy_type.value.clone(),
+        Ok(RolePolicies::new(
+            entry.value.policy_type.value.clone(),
             selection,
             hints,
-        })
+        ))
     }
 
     /// The role's worker-selection policy: a linked selection type, built from its parameters.

@@ -10,10 +10,12 @@ mod book_error_reason;
 mod histogram;
 mod live;
 mod prometheus;
+mod shadow_report;
 mod snapshot;
 
 pub use book_error_reason::BookErrorReason;
 pub use histogram::HistogramSnapshot;
 pub(crate) use live::{PolicyFailureCounter, RouterMetrics};
 pub use prometheus::escape_label;
+pub use shadow_report::{ShadowReport, shadow_prometheus_text};
 pub use snapshot::{EventMetrics, MetricsSnapshot, PolicyFailures};

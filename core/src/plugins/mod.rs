@@ -14,6 +14,7 @@ pub mod kv_copy;
 pub mod kv_fetch_payload;
 pub mod name;
 pub mod parameters;
+pub mod parameters_schema;
 pub mod policy_error;
 pub mod prelude;
 pub mod registration;
@@ -37,6 +38,7 @@ pub use parameters::{
     HintPolicyParameters, ParameterError, ParameterErrorKind, PolicyParameters,
     WorkerSelectionParameters,
 };
+pub use parameters_schema::{ParametersSchemaFn, parameters_schema_of};
 pub use policy_error::PolicyError;
 pub use registration::PolicyRegistration;
 pub use registry::{

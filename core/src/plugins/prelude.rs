@@ -13,5 +13,6 @@ pub use super::{
 };
 pub use crate::identity::{Role, WorkerId};
 pub use dynamo_kv_router_macros::{hint_policy, worker_selection_policy};
+pub use schemars::JsonSchema;
 pub use serde::Deserialize;
 pub use std::sync::Arc;

@@ -3,7 +3,7 @@
 
 use super::{
     Commitments, HintHost, HintPolicyConstructor, HintPolicyParameters, ParameterError,
-    WorkerSelectionConstructor, WorkerSelectionParameters,
+    ParametersSchemaFn, WorkerSelectionConstructor, WorkerSelectionParameters,
 };
 
 /// A policy registered at link time. The attribute macros build one as a `const` and submit it
@@ -25,6 +25,9 @@ pub struct PolicyRegistration {
     pub type_name: &'static str,
     /// The Rust type of its parameters.
     pub parameters_type: &'static str,
+    /// The JSON Schema of its parameters; `None` when the parameters type does not implement
+    /// `JsonSchema` (the parameters are then not described).
+    pub parameters_schema: ParametersSchemaFn,
     /// The crate that registered it.
     pub crate_name: &'static str,
     /// The source file of the registration.

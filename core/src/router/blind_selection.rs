@@ -67,7 +67,7 @@ impl Router {
         booking_mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
-        let block_size = self.setup.block_size;
+        let block_size = self.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
         let blocks = match &request.prompt {
             Prompt::Tokens(tokens) => full_blocks(tokens.len(), block_size, request.identity.eagle),

@@ -41,6 +41,9 @@ pub struct BookingStats {
     pub policy_failures: usize,
     /// Time spent booking, hashing included.
     pub latency: Duration,
+    /// The [`Router::policy_version`](crate::router::Router::policy_version) of the policies
+    /// that booked it.
+    pub policy_version: u64,
 }
 
 /// Why a request could not be booked. Nothing was reserved.

@@ -10,42 +10,67 @@ use crate::setup::{RoleHint, RouterSetup};
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 /// A hint policy a role runs, with the counter of its failures.
 pub(crate) struct CountedHint {
     /// The policy and its place in the role.
     pub(crate) hint: RoleHint,
-    /// Its errors and panics so far.
-    pub(crate) failures: PolicyFailureCounter,
+    /// Its errors and panics so far (shared with the set that replaced this one's, when the
+    /// policy kept its place).
+    pub(crate) failures: Arc<PolicyFailureCounter>,
 }
 
 impl CountedHint {
-    /// `hint` as `role` runs it, with no failures yet.
-    fn new(role: Role, hint: &RoleHint) -> Self {
-        Self {
-            failures: PolicyFailureCounter::new(
+    /// `hint` as `role` runs it, counting on `previous`'s counter when the role ran a policy of
+    /// the same type and label before, else on a new one.
+    fn new(role: Role, hint: &RoleHint, previous: Option<&[CountedHint]>) -> Self {
+        let kept = previous.into_iter().flatten().find(|counted| {
+            counted.hint.policy_type == hint.policy_type && counted.hint.label() == hint.label()
+        });
+        let failures = match kept {
+            Some(counted) => Arc::clone(&counted.failures),
+            None => Arc::new(PolicyFailureCounter::new(
                 role.to_string(),
                 hint.policy_type.clone(),
                 hint.label().to_owned(),
-            ),
+            )),
+        };
+        Self {
+            failures,
             hint: hint.clone(),
         }
     }
 }
 
-/// Each configured role's hint policies, in the order they run, with their failure counters.
-pub(crate) fn counted_hints(setup: &RouterSetup) -> BTreeMap<Role, Vec<CountedHint>> {
+/// Each configured role's hint policies, in the order they run, with their failure counters;
+/// those `previous` also ran keep theirs.
+pub(crate) fn counted_hints(
+    setup: &RouterSetup,
+    previous: Option<&BTreeMap<Role, Vec<CountedHint>>>,
+) -> BTreeMap<Role, Vec<CountedHint>> {
     setup
         .roles
         .iter()
         .map(|(role, policies)| {
-            let hints = policies
-                .hints
-                .iter()
-                .map(|hint| CountedHint::new(*role, hint))
-                .collect();
-            (*role, hints)
+            let before = previous
+                .and_then(|previous| previous.get(role))
+                .map(Vec::as_slice);
+            (*role, counted_list(*role, &policies.hints, before))
         })
+        .collect()
+}
+
+/// `hints` as `role` runs them, with their failure counters; those `previous` also ran keep
+/// theirs.
+pub(crate) fn counted_list(
+    role: Role,
+    hints: &[RoleHint],
+    previous: Option<&[CountedHint]>,
+) -> Vec<CountedHint> {
+    hints
+        .iter()
+        .map(|hint| CountedHint::new(role, hint, previous))
         .collect()
 }
 

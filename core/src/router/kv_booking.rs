@@ -9,6 +9,8 @@ use super::booking_scratch::{BookingScratch, ScratchGuard};
 use super::candidate_filter::CandidateFilter;
 use super::hint_assembly::{AssembledActions, assemble, panic_message};
 use super::overlap_pass::OverlapPass;
+use super::policy_set::PolicySet;
+use super::shadow_case::{CaseBuffers, LiveOutcome, SeenCandidate, ShadowCase, live_outcome};
 use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
 use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
 use crate::block_identity::SequenceHash;
@@ -29,12 +31,13 @@ impl Router {
     /// the selection: nothing is reserved and no hint policy runs.
     pub(super) fn book_kv(
         &self,
+        policy_set: &Arc<PolicySet>,
         request: &RouteRequest,
         start: Instant,
         mode: BookingMode,
     ) -> Result<Booking, BookError> {
         let role = request.role;
-        let policies = self.role_policies(role)?;
+        let policies = role_policies(policy_set, role)?;
         let mut scratch = ScratchGuard::take();
         let BookingScratch {
             hashes,
@@ -46,7 +49,7 @@ impl Router {
         // Hashing needs no index state: done before the lock, so a booking holds it only for
         // the pass, the policies and the reservation. A booking hashes straight into the chain
         // it will hold active.
-        let block_size = self.setup.block_size;
+        let block_size = self.block_size;
         let chain = (mode == BookingMode::Book)
             .then(|| active_chain(request, block_size, hashes))
             .flatten();
@@ -70,7 +73,7 @@ impl Router {
             &self.chains.read(),
         );
         let view = self.request_view(request, hashes, candidates, &overlaps);
-        let selection = self.select(policies, &view, request.allowed_workers.as_ref())?;
+        let selection = select(policies, &view, request.allowed_workers.as_ref())?;
         let booked = booked_candidate(policies, workers, candidates, &selection, role)?;
         let stats = BookingStats {
             blocks: hashes.len(),
@@ -82,17 +85,26 @@ impl Router {
             return Ok(envelope(request, selection, None, stats, start));
         }
         self.reserve_booked(request, &booked, chain.clone(), start);
-        let actions = self.gate_hints(booked.entry, view, &selection);
+        let actions = self.gate_hints(policy_set, booked.entry, view, &selection);
         drop(state);
+        if !policies.shadows.is_empty() {
+            self.shadows.note_policies(policy_set);
+            let mut buffers = self.shadows.spare_buffers();
+            buffers.request_id.push_str(&request.request_id);
+            buffers
+                .candidates
+                .extend(candidates.iter().map(SeenCandidate::of));
+            let case = shadow_case(
+                policy_set,
+                request,
+                block_size,
+                chain,
+                buffers,
+                live_outcome(selection.worker, actions.as_ref()),
+            );
+            self.shadows.offer(case);
+        }
         Ok(envelope(request, selection, actions, stats, start))
-    }
-
-    /// The policies of `role`, if it is configured.
-    fn role_policies(&self, role: Role) -> Result<&RolePolicies, BookError> {
-        self.setup
-            .roles
-            .get(&role)
-            .ok_or(BookError::NoRoleConfig { role })
     }
 
     /// Stage 4: what every policy of the booking sees.
@@ -107,70 +119,11 @@ impl Router {
             request_id: &request.request_id,
             role: request.role,
             prompt_tokens: request.prompt.prompt_tokens(),
-            block_size: self.setup.block_size,
+            block_size: self.block_size,
             session: &request.session,
             sequence_hashes,
             candidates,
             blocks: overlaps,
-        }
-    }
-
-    /// Stage 5: the role's worker-selection policy, isolated from its errors and panics,
-    /// choosing among the candidates the request's `filter` allows (all when none).
-    fn select(
-        &self,
-        policies: &RolePolicies,
-        view: &RequestView<'_>,
-        filter: Option<&CandidateFilter>,
-    ) -> Result<Selection, BookError> {
-        let role = view.role;
-        let allowed;
-        let view = match filter {
-            None => *view,
-            Some(filter) => {
-                allowed = filter.narrow(view.candidates);
-                if allowed.is_empty() {
-                    return Err(BookError::NoAllowedWorkers {
-                        role,
-                        allowed: filter.worker_ids().to_vec(),
-                    });
-                }
-                RequestView {
-                    candidates: &allowed,
-                    ..*view
-                }
-            }
-        };
-        let context = WorkerSelectionContext::new(view);
-        match catch_unwind(AssertUnwindSafe(|| {
-            policies.selection.instance.select(&context)
-        })) {
-            Ok(Ok(selection)) => match filter {
-                Some(filter) if !filter.allows(selection.worker) => {
-                    Err(BookError::WorkerNotAllowed {
-                        worker: selection.worker,
-                        allowed: filter.worker_ids().to_vec(),
-                    })
-                }
-                _ => Ok(selection),
-            },
-            Ok(Err(error)) => {
-                tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
-                Err(BookError::SelectionFailed {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message: error.to_string(),
-                })
-            }
-            Err(panic) => {
-                let message = panic_message(panic.as_ref());
-                tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
-                Err(BookError::SelectionPanicked {
-                    role,
-                    policy: policies.selection_type.clone(),
-                    message,
-                })
-            }
         }
     }
 
@@ -185,7 +138,7 @@ impl Router {
     ) {
         let cached_tokens = booked
             .cached_blocks
-            .saturating_mul(self.setup.block_size as usize);
+            .saturating_mul(self.block_size as usize);
         let prefill_tokens = request.prompt.prompt_tokens().saturating_sub(cached_tokens);
         self.reserve(
             &request.request_id,
@@ -204,6 +157,7 @@ impl Router {
     /// when it does not (counted as a skipped hint).
     fn gate_hints(
         &self,
+        policy_set: &PolicySet,
         booked: &WorkerEntry,
         view: RequestView<'_>,
         selection: &Selection,
@@ -212,7 +166,7 @@ impl Router {
             self.metrics.count_hint_skipped();
             return None;
         }
-        let hints = self
+        let hints = policy_set
             .role_hints
             .get(&view.role)
             .map_or(&[][..], Vec::as_slice);
@@ -222,6 +176,95 @@ impl Router {
             .count_hint(assembled.actions.len(), assembled.dropped);
         Some(assembled)
     }
+}
+
+/// Stage 5: the role's worker-selection policy, isolated from its errors and panics,
+/// choosing among the candidates the request's `filter` allows (all when none).
+pub(super) fn select(
+    policies: &RolePolicies,
+    view: &RequestView<'_>,
+    filter: Option<&CandidateFilter>,
+) -> Result<Selection, BookError> {
+    let role = view.role;
+    let allowed;
+    let view = match filter {
+        None => *view,
+        Some(filter) => {
+            allowed = filter.narrow(view.candidates);
+            if allowed.is_empty() {
+                return Err(BookError::NoAllowedWorkers {
+                    role,
+                    allowed: filter.worker_ids().to_vec(),
+                });
+            }
+            RequestView {
+                candidates: &allowed,
+                ..*view
+            }
+        }
+    };
+    let context = WorkerSelectionContext::new(view);
+    match catch_unwind(AssertUnwindSafe(|| {
+        policies.selection.instance.select(&context)
+    })) {
+        Ok(Ok(selection)) => match filter {
+            Some(filter) if !filter.allows(selection.worker) => Err(BookError::WorkerNotAllowed {
+                worker: selection.worker,
+                allowed: filter.worker_ids().to_vec(),
+            }),
+            _ => Ok(selection),
+        },
+        Ok(Err(error)) => {
+            tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
+            Err(BookError::SelectionFailed {
+                role,
+                policy: policies.selection_type.clone(),
+                message: error.to_string(),
+            })
+        }
+        Err(panic) => {
+            let message = panic_message(panic.as_ref());
+            tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
+            Err(BookError::SelectionPanicked {
+                role,
+                policy: policies.selection_type.clone(),
+                message,
+            })
+        }
+    }
+}
+
+/// Stage 9, for a role with shadows: the booking as its shadows will see it (its id and
+/// candidates already copied into reused buffers), with what the live policies did.
+fn shadow_case(
+    policy_set: &Arc<PolicySet>,
+    request: &RouteRequest,
+    block_size: u32,
+    chain: Option<Arc<[SequenceHash]>>,
+    buffers: CaseBuffers,
+    live: LiveOutcome,
+) -> ShadowCase {
+    ShadowCase {
+        policy_version: policy_set.version,
+        role: request.role,
+        request_id: buffers.request_id,
+        prompt_tokens: request.prompt.prompt_tokens(),
+        block_size,
+        session: request.session.clone(),
+        sequence_hashes: chain.unwrap_or_else(|| Arc::from(&[][..])),
+        candidates: buffers.candidates,
+        filter: request.allowed_workers.clone(),
+        live,
+    }
+}
+
+/// The policies of `role`, if it is configured.
+fn role_policies(policy_set: &PolicySet, role: Role) -> Result<&RolePolicies, BookError> {
+    policy_set
+        .setup
+        .roles
+        .get(&role)
+        .ok_or(BookError::NoRoleConfig { role })
 }
 
 /// Stage 1: the request's sequence hashes, computed into `buffer` unless the caller sent them.

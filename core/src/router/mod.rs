@@ -29,8 +29,11 @@ mod kv_booking;
 mod load;
 mod overlap_pass;
 mod peer_booking;
+pub mod policy_set;
 mod prediction;
 pub mod request;
+mod shadow_case;
+mod shadow_queue;
 pub use crate::setup;
 mod state_lock;
 pub mod worker;
@@ -39,8 +42,10 @@ mod workers;
 pub use crate::kv::{EventOutcome, IgnoreReason, ReplayRequest};
 pub use booking::{BookError, Booking, BookingStats};
 pub use candidate_filter::CandidateFilter;
+pub use policy_set::PolicyReplaceError;
 pub use request::{Prompt, RouteRequest};
-pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup};
+pub use setup::{HintOrigin, RoleHint, RolePolicies, RouterMode, RouterSetup, ShadowPolicies};
+pub use shadow_queue::{SHADOW_EVALUATOR_SHARE, SHADOW_QUEUE_CASES};
 pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 
 use crate::block_identity::SequenceHash;
@@ -51,12 +56,12 @@ use crate::kv::{
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
+use arc_swap::ArcSwap;
 use blind_selection::BlindSelector;
-use hint_assembly::{CountedHint, counted_hints};
 use load::LoadLedger;
 use parking_lot::{Mutex, RwLock};
+use policy_set::PolicySet;
 use state_lock::StateLock;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use workers::{ActiveChain, ActiveChains, WorkerEntry, Workers};
@@ -141,7 +146,12 @@ struct RouterState {
 
 /// Books requests on workers: KV index, selection policy, load reservation and hints.
 pub struct Router {
-    setup: RouterSetup,
+    /// The policies bookings run, swapped whole by [`Router::replace_policies`].
+    policies: ArcSwap<PolicySet>,
+    /// Serializes replacements, so that versions follow the order of the swaps.
+    replacing: Mutex<()>,
+    /// Tokens per block: fixed for the router's life, since the index is hashed with it.
+    block_size: u32,
     options: RouterOptions,
     state: StateLock<RouterState>,
     /// Every worker's active chains: written by the ledgers, read by bookings.
@@ -152,8 +162,8 @@ pub struct Router {
     /// Peer bookings released by their TTL.
     peer_expired: std::sync::atomic::AtomicU64,
     metrics: RouterMetrics,
-    /// Each role's hint policies with their failure counters.
-    role_hints: BTreeMap<Role, Vec<CountedHint>>,
+    /// Bookings waiting for their role's shadows, and what the shadows did.
+    shadows: shadow_queue::ShadowQueue,
     blind: BlindSelector,
     /// What predicted cache entries expire by.
     clock: Arc<dyn Clock>,
@@ -168,10 +178,11 @@ impl Router {
     /// A router running `setup` whose predicted cache entries (routing without KV events,
     /// [`RouterOptions::approximate`]) expire by `clock`: the replay passes its virtual time.
     pub fn with_clock(setup: RouterSetup, options: RouterOptions, clock: Arc<dyn Clock>) -> Router {
-        let role_hints = counted_hints(&setup);
         let chains = Arc::new(RwLock::new(ActiveChains::default()));
         Router {
-            setup,
+            block_size: setup.block_size,
+            policies: ArcSwap::from_pointee(PolicySet::initial(setup)),
+            replacing: Mutex::new(()),
             options,
             state: StateLock::new(RouterState {
                 workers: Workers::default(),
@@ -190,15 +201,55 @@ impl Router {
             chains,
             peer_expired: std::sync::atomic::AtomicU64::new(0),
             metrics: RouterMetrics::default(),
-            role_hints,
+            shadows: shadow_queue::ShadowQueue::default(),
             blind: BlindSelector::new(options.seed),
             clock,
         }
     }
 
-    /// The setup the router runs.
-    pub fn setup(&self) -> &RouterSetup {
-        &self.setup
+    /// The setup the router books with now (see [`Router::replace_policies`]).
+    pub fn setup(&self) -> Arc<RouterSetup> {
+        Arc::clone(&self.policies.load().setup)
+    }
+
+    /// The version of the policies the router books with now: 1 for the setup it was built
+    /// with, one more for each [`Router::replace_policies`]. Every booking reports the version
+    /// it ran under in [`BookingStats::policy_version`].
+    pub fn policy_version(&self) -> u64 {
+        self.policies.load().version
+    }
+
+    /// Replaces the router's policies (router mode, roles, selection and hint policies) with
+    /// `setup`'s, atomically: a booking in flight finishes under the policies it started with,
+    /// every booking that starts after this returns uses the new ones, and no booking fails
+    /// or is booked twice because of the swap. The index, the workers and every reservation
+    /// are kept; hint policies that keep their role, type and label keep their failure
+    /// counters. Returns the new [`Router::policy_version`].
+    ///
+    /// Refused, changing nothing, when `setup` has another block size than the router (its
+    /// index is hashed with it) or drops a role that registered workers serve.
+    pub fn replace_policies(&self, setup: RouterSetup) -> Result<u64, PolicyReplaceError> {
+        if setup.block_size != self.block_size {
+            return Err(PolicyReplaceError::BlockSizeChanged {
+                running: self.block_size,
+                requested: setup.block_size,
+            });
+        }
+        let _serialized = self.replacing.lock();
+        // Registrations take the state lock exclusively: none can add a worker of a dropped
+        // role between this check and the swap.
+        let state = self.state.read();
+        for (role, workers) in state.workers.roles() {
+            if !setup.roles.contains_key(&role) {
+                return Err(PolicyReplaceError::RoleInUse { role, workers });
+            }
+        }
+        let next = self.policies.load().successor(setup);
+        let version = next.version;
+        self.policies.store(Arc::new(next));
+        drop(state);
+        tracing::info!(version, "router policies replaced");
+        Ok(version)
     }
 
     /// The options the router runs with.
@@ -374,7 +425,8 @@ impl Router {
         let start = Instant::now();
         self.expire(start);
         self.expire_predictions();
-        let result = self.choose(request, start, BookingMode::Book);
+        let policies = self.policies.load();
+        let result = self.choose(&policies, request, start, BookingMode::Book);
         match &result {
             Ok(booking) => {
                 self.predict(request, booking.worker);
@@ -390,12 +442,14 @@ impl Router {
     /// booking metrics do not count it; the returned booking never carries a hint.
     pub fn preview(&self, request: &RouteRequest) -> Result<Booking, BookError> {
         self.expire_predictions();
-        self.choose(request, Instant::now(), BookingMode::Preview)
+        let policies = self.policies.load();
+        self.choose(&policies, request, Instant::now(), BookingMode::Preview)
     }
 
     /// Books (or previews) `request` by the router mode, among the workers its filter allows.
     fn choose(
         &self,
+        policies: &Arc<PolicySet>,
         request: &RouteRequest,
         start: Instant,
         mode: BookingMode,
@@ -403,10 +457,12 @@ impl Router {
         if let Some(filter) = &request.allowed_workers {
             self.check_allowed(request.role, filter)?;
         }
-        match self.setup.router_mode {
-            RouterMode::Kv => self.book_kv(request, start, mode),
+        let mut booking = match policies.setup.router_mode {
+            RouterMode::Kv => self.book_kv(policies, request, start, mode),
             router_mode => self.book_blind(router_mode, request, start, mode),
-        }
+        }?;
+        booking.stats.policy_version = policies.version;
+        Ok(booking)
     }
 
     /// `Ok` when some registered worker of `role` passes `filter`.
@@ -439,7 +495,8 @@ impl Router {
         let start = Instant::now();
         self.expire(start);
         self.expire_predictions();
-        let block_size = self.setup.block_size;
+        let policy_version = self.policy_version();
+        let block_size = self.block_size;
         let prompt_tokens = request.prompt.prompt_tokens();
         let state = self.state.read();
         let entry = state
@@ -498,6 +555,7 @@ impl Router {
                 blocks: hashes.len(),
                 cached_blocks,
                 latency,
+                policy_version,
                 ..BookingStats::default()
             },
         })
@@ -532,20 +590,27 @@ impl Router {
     pub fn metrics(&self) -> MetricsSnapshot {
         let active = self.ledger.lock().active_bookings();
         let state = self.state.read();
+        let policies = self.policies.load();
         self.metrics.snapshot(
-            self.role_hints
+            policies
+                .role_hints
                 .values()
                 .flatten()
-                .map(|counted| &counted.failures),
+                .map(|counted| &*counted.failures),
             state.index.counters(),
             state.index.memberships() as u64,
             active,
         )
     }
 
-    /// Every metric in the Prometheus text exposition format.
+    /// Every metric in the Prometheus text exposition format, the shadows' included.
     pub fn prometheus_text(&self) -> String {
-        self.metrics().to_prometheus()
+        let mut text = self.metrics().to_prometheus();
+        text.push_str(&crate::metrics::shadow_prometheus_text(
+            &self.shadow_reports(),
+            self.shadow_cases_dropped(),
+        ));
+        text
     }
 
     fn expire(&self, now: Instant) {

@@ -252,17 +252,16 @@ impl Router {
             }
             return;
         }
-        let (hashes, locals): (Vec<SequenceHash>, Option<Vec<LocalBlockHash>>) = match &request
-            .prompt
-        {
-            Prompt::Tokens(tokens) => {
-                let locals = local_block_hashes(tokens, self.setup.block_size, &request.identity);
-                (sequence_hashes(&locals), Some(locals))
-            }
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => (sequence_hashes.clone(), None),
-        };
+        let (hashes, locals): (Vec<SequenceHash>, Option<Vec<LocalBlockHash>>) =
+            match &request.prompt {
+                Prompt::Tokens(tokens) => {
+                    let locals = local_block_hashes(tokens, self.block_size, &request.identity);
+                    (sequence_hashes(&locals), Some(locals))
+                }
+                Prompt::Blocks {
+                    sequence_hashes, ..
+                } => (sequence_hashes.clone(), None),
+            };
         if hashes.is_empty() {
             return;
         }
@@ -296,7 +295,7 @@ impl Router {
     fn predict_alongside_events(&self, request: &RouteRequest, worker: WorkerId) {
         let hashes = match &request.prompt {
             Prompt::Tokens(tokens) => {
-                sequence_hashes_for_request(tokens, self.setup.block_size, &request.identity)
+                sequence_hashes_for_request(tokens, self.block_size, &request.identity)
             }
             Prompt::Blocks {
                 sequence_hashes, ..

@@ -104,6 +104,14 @@ impl Workers {
             .filter(|workers| !workers.ids.is_empty())
     }
 
+    /// Each role that registered workers serve, with those workers (sorted by id).
+    pub(crate) fn roles(&self) -> impl Iterator<Item = (Role, Vec<WorkerId>)> + '_ {
+        self.by_role
+            .iter()
+            .filter(|(_, workers)| !workers.ids.is_empty())
+            .map(|(role, workers)| (*role, workers.ids.clone()))
+    }
+
     /// Every registered worker, sorted by id.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<WorkerEntry>> {
         self.by_id.values()

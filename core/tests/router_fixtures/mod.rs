@@ -169,14 +169,14 @@ pub fn role_policies(
     hints: Vec<RoleHint>,
 ) -> RolePolicies {
     let commitments = selection.commitments();
-    RolePolicies {
-        selection_type: selection_type.to_owned(),
-        selection: ConstructedSelectionPolicy {
+    RolePolicies::new(
+        selection_type,
+        ConstructedSelectionPolicy {
             instance: Arc::new(selection),
             commitments,
         },
         hints,
-    }
+    )
 }
 
 pub fn setup(mode: RouterMode, roles: Vec<(Role, RolePolicies)>) -> RouterSetup {

@@ -15,8 +15,9 @@ use std::process::ExitCode;
 // use my_catalog as _;   // link a catalog crate: its policies register themselves
 
 /// Parameters of `session_warmup`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 struct WarmupConfig {
     /// Blocks of the session's context to warm.
     #[serde(default = "default_blocks")]
@@ -67,6 +68,13 @@ fn main() -> ExitCode {
             "session_warmup",
             "Asks the booked worker to warm the first blocks of the session's context.",
             Commitments::NONE,
+        )
+    });
+    // Manual registrations describe their parameters by hand (`kv-router schema`, `catalog describe`).
+    let registered = registered.and_then(|()| {
+        registry.set_parameters_schema(
+            "session_warmup",
+            dynamo_kv_router::plugins::parameters_schema_of::<WarmupConfig>(),
         )
     });
     if let Err(error) = registered {

@@ -14,8 +14,9 @@ pub const PREFETCH_ACTION: &str = "kv.prefetch";
 pub const PREFETCH_ACTION_VERSION: &str = "1.0";
 
 /// The parameters of `harness_prefetch`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(crate = "dynamo_kv_router::serde")]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 pub struct PrefetchConfig {
     /// The most blocks one hint asks the worker to prefetch.
     #[serde(default = "default_max_blocks")]

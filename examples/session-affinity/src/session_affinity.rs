@@ -10,14 +10,16 @@ pub const DEFAULT_MAX_ACTIVE_BLOCKS: u64 = 4_096;
 pub const DEFAULT_MAX_SESSIONS: usize = 65_536;
 
 /// The parameters of `session-affinity`; every field is optional.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(default)]
+#[schemars(crate = "dynamo_kv_router::schemars")]
 pub struct SessionAffinityConfig {
     /// A session stays on its worker while the worker has at most this many active KV blocks
     /// (default 4096).
     pub max_active_blocks: u64,
     /// Sessions remembered per router; the one remembered longest is forgotten first (default
     /// 65536, at least 1).
+    #[schemars(range(min = 1))]
     pub max_sessions: usize,
 }
 

@@ -29,6 +29,7 @@ impl<R: RouterPort + ?Sized> Simulation<'_, R> {
         let started = Instant::now();
         let booked = self.router.book(&route);
         let latency = started.elapsed();
+        self.router.run_shadows();
         let booking = match booked {
             Ok(booking) => booking,
             Err(error) => {

@@ -4,9 +4,10 @@
 use super::{PolicyKind, SourceLocation};
 use crate::plugins::registration::{PolicyRegistration, RegisteredBuild};
 use crate::plugins::{
-    Commitments, HintHost, HintPolicy, HintPolicyProvider, ParameterError, Partition,
-    PolicyParameters, WorkerSelectionPolicy, WorkerSelectionProvider,
+    Commitments, HintHost, HintPolicy, HintPolicyProvider, ParameterError, ParametersSchemaFn,
+    Partition, PolicyParameters, WorkerSelectionPolicy, WorkerSelectionProvider,
 };
+use schemars::Schema;
 use std::fmt;
 use std::ops::Deref;
 use std::panic::Location;
@@ -97,14 +98,39 @@ pub struct ConstructedSelectionPolicy {
     pub commitments: Commitments,
 }
 
+/// Where a registered policy's parameters schema comes from.
+#[derive(Clone)]
+pub(super) enum ParametersSchemaSource {
+    /// A link-time registration's function (itself `None` for an undescribed type).
+    Linked(ParametersSchemaFn),
+    /// Given by hand ([`PolicyRegistry::set_parameters_schema`](super::PolicyRegistry::set_parameters_schema)),
+    /// or `None` for a manual registration that gave none.
+    Given(Option<Schema>),
+}
+
+impl ParametersSchemaSource {
+    fn schema(&self) -> Option<Schema> {
+        match self {
+            Self::Linked(schema) => schema(),
+            Self::Given(schema) => schema.clone(),
+        }
+    }
+}
+
 /// A registered hint policy: its [`PolicyEntry`] (through `Deref`) and its provider.
 #[derive(Clone)]
 pub struct HintPolicyEntry {
     entry: PolicyEntry,
     provider: HintPolicyProvider,
+    parameters_schema: ParametersSchemaSource,
 }
 
 impl HintPolicyEntry {
+    /// The JSON Schema of its parameters, or `None` when they are not described.
+    pub fn parameters_schema(&self) -> Option<Schema> {
+        self.parameters_schema.schema()
+    }
+
     /// Builds the hint-policy instance for `partition` from `parameters` (errors keep the field
     /// path relative to the parameters mapping).
     pub fn construct_hint(
@@ -127,9 +153,15 @@ impl HintPolicyEntry {
 pub struct WorkerSelectionPolicyEntry {
     entry: PolicyEntry,
     provider: WorkerSelectionProvider,
+    parameters_schema: ParametersSchemaSource,
 }
 
 impl WorkerSelectionPolicyEntry {
+    /// The JSON Schema of its parameters, or `None` when they are not described.
+    pub fn parameters_schema(&self) -> Option<Schema> {
+        self.parameters_schema.schema()
+    }
+
     /// Builds the worker-selection instance for `partition` from `parameters`.
     pub fn construct_worker_selection(
         &self,
@@ -196,6 +228,23 @@ impl RegisteredPolicy {
         }
     }
 
+    /// The JSON Schema of its parameters, or `None` when they are not described.
+    pub(super) fn parameters_schema(&self) -> Option<Schema> {
+        match self {
+            Self::Hint(hint) => hint.parameters_schema(),
+            Self::WorkerSelection(selection) => selection.parameters_schema(),
+        }
+    }
+
+    /// Replaces the schema of its parameters.
+    pub(super) fn set_parameters_schema(&mut self, schema: Schema) {
+        let source = ParametersSchemaSource::Given(Some(schema));
+        match self {
+            Self::Hint(hint) => hint.parameters_schema = source,
+            Self::WorkerSelection(selection) => selection.parameters_schema = source,
+        }
+    }
+
     /// A hint policy registered by hand.
     pub(super) fn manual_hint(
         name: &str,
@@ -205,7 +254,11 @@ impl RegisteredPolicy {
     ) -> Self {
         let mut entry = PolicyEntry::manual(name, PolicyKind::Hint, location);
         entry.defaults = defaults;
-        Self::Hint(HintPolicyEntry { entry, provider })
+        Self::Hint(HintPolicyEntry {
+            entry,
+            provider,
+            parameters_schema: ParametersSchemaSource::Given(None),
+        })
     }
 
     /// A worker-selection policy registered by hand.
@@ -215,7 +268,11 @@ impl RegisteredPolicy {
         location: &Location<'_>,
     ) -> Self {
         let entry = PolicyEntry::manual(name, PolicyKind::WorkerSelection, location);
-        Self::WorkerSelection(WorkerSelectionPolicyEntry { entry, provider })
+        Self::WorkerSelection(WorkerSelectionPolicyEntry {
+            entry,
+            provider,
+            parameters_schema: ParametersSchemaSource::Given(None),
+        })
     }
 
     /// A policy registered by `#[hint_policy]` or `#[worker_selection_policy]`.
@@ -240,15 +297,18 @@ impl RegisteredPolicy {
                 line: registration.line,
             },
         };
+        let parameters_schema = ParametersSchemaSource::Linked(registration.parameters_schema);
         match registration.build {
             RegisteredBuild::Hint(build) => Self::Hint(HintPolicyEntry {
                 entry,
                 provider: Arc::new(build),
+                parameters_schema,
             }),
             RegisteredBuild::WorkerSelection(build) => {
                 Self::WorkerSelection(WorkerSelectionPolicyEntry {
                     entry,
                     provider: Arc::new(build),
+                    parameters_schema,
                 })
             }
         }

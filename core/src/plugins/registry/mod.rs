@@ -22,6 +22,7 @@ use super::name;
 use super::registration::linked_registrations;
 use super::{Commitments, HintHost, HintPolicyProvider, WorkerSelectionProvider};
 use entry::RegisteredPolicy;
+use schemars::Schema;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::Location;
@@ -102,6 +103,33 @@ impl PolicyRegistry {
             }
             None => Err(self.unknown(name, None)),
         }
+    }
+
+    /// Gives the policy registered under `name` the JSON Schema of its parameters (for manual
+    /// registrations; link-time ones take it from a parameters type that derives `JsonSchema`).
+    /// Build one with [`parameters_schema_of`](crate::plugins::parameters_schema_of).
+    pub fn set_parameters_schema(
+        &mut self,
+        name: &str,
+        schema: Schema,
+    ) -> Result<(), RegistryError> {
+        match self.entries.get_mut(name) {
+            Some(policy) => {
+                policy.set_parameters_schema(schema);
+                Ok(())
+            }
+            None => Err(self.unknown(name, None)),
+        }
+    }
+
+    /// The JSON Schema of the parameters of the policy of `kind` named `name`, or `None` when
+    /// no such policy is registered or its parameters are not described (any parameters then
+    /// pass the schema; the policy's own checks still run at startup).
+    pub fn describe_parameters(&self, kind: PolicyKind, name: &str) -> Option<Schema> {
+        self.entries
+            .get(name)
+            .filter(|policy| policy.entry().kind == kind)
+            .and_then(RegisteredPolicy::parameters_schema)
     }
 
     fn insert(&mut self, policy: RegisteredPolicy) -> Result<(), RegistryError> {
