@@ -229,3 +229,19 @@ fn an_evaluator_thread_waits_for_bookings() {
     assert_eq!(evaluator.join().expect("the evaluator ran"), 5);
     assert_eq!(router.shadow_reports()[0].decisions, 5);
 }
+
+#[test]
+fn a_paced_evaluator_takes_a_batch_at_a_time() {
+    let prompt = tokens(32, 8);
+    let router = router_with(vec![fixed_on_two()], &prompt);
+    for n in 0..40 {
+        router
+            .book(&request(&format!("r{n}"), Role::Decode, prompt.clone()))
+            .expect("books");
+    }
+    let wait = std::time::Duration::from_millis(10);
+    assert_eq!(router.run_shadows_paced(wait, 1.0), 32);
+    assert_eq!(router.run_shadows_paced(wait, 0.5), 8);
+    assert_eq!(router.run_shadows_paced(wait, 0.5), 0, "nothing left: it waited and returned");
+    assert_eq!(router.shadow_reports()[0].decisions, 40);
+}

@@ -106,3 +106,32 @@ async fn without_shadows_the_report_lists_no_shadow() {
     let report = shadows(&mut client).await;
     assert_eq!(report[0]["shadows"], json!([]));
 }
+
+#[tokio::test]
+async fn a_shadow_added_by_a_reload_sees_the_bookings_after_it() {
+    let service = start(KVCR_YAML).await;
+    let mut client = service.client().await;
+    register_workers(&mut client, [1, 2]).await;
+    let before = client
+        .post_json("/select_and_reserve", &booking("before", &tokens(64, 1)))
+        .await
+        .expect("book");
+    expect_status(&before, 200);
+    service
+        .service
+        .replace_policies(setup(SHADOWED_YAML))
+        .expect("the roles are kept");
+    for n in 0..3 {
+        let answer = client
+            .post_json("/select_and_reserve", &booking(&format!("after{n}"), &tokens(64, 1)))
+            .await
+            .expect("book");
+        expect_status(&answer, 200);
+    }
+    let poll = service.address;
+    eventually(Duration::from_secs(10), "the three shadowed bookings", || async move {
+        let mut client = LoopbackClient::connect(poll).await.expect("connect");
+        shadows(&mut client).await[0]["shadows"][0]["decisions"] == json!(3)
+    })
+    .await;
+}
