@@ -7,6 +7,9 @@
 //! cargo run --release --manifest-path benches/peers/Cargo.toml -- \
 //!     --trace ../shared/traces/mooncake_synthetic_trace.jsonl
 //! ```
+//!
+//! It makes `--runs` full runs (9 by default), prints each run's tables, and ends with the
+//! verdict: every target's median ratio over the runs, its range, and whether it holds.
 
 mod concurrent;
 mod counting_alloc;
@@ -17,6 +20,7 @@ mod measure;
 mod report;
 mod synthetic;
 mod trace_workload;
+mod verdict;
 mod workload;
 
 use catalog as _;
@@ -55,6 +59,10 @@ struct Args {
     /// Workers in the trace replay.
     #[arg(long, default_value_t = 16)]
     trace_workers: u32,
+    /// Full runs of the timed phases (synthetic, trace, concurrent); the verdict is their
+    /// medians and ranges. The dump check, a correctness check, runs once.
+    #[arg(long, default_value_t = 9)]
+    runs: usize,
     /// Only these phases (comma-separated: synthetic, trace, concurrent, dump); all by default.
     /// `dump` checks that our index's dump rebuilds upstream's `RadixTree` and CRTC.
     /// `ingest-phases` (only when named) times the synthetic ingest per eighth of the workers:
@@ -238,30 +246,18 @@ fn dump_checks(
     failures
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
+/// One full run of the timed phases: the synthetic and trace comparisons and the concurrent
+/// phase, their tables printed, their ratios returned.
+fn one_run(
+    args: &Args,
+    synthetic: Option<&Workload>,
+    trace: Option<&Workload>,
+    rounds: Rounds,
+) -> verdict::RunFigures {
     let wants = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
-    println!(
-        "## Peers bench\n\nMachine: {}; load average at start: {}\n",
-        machine(),
-        load_average()
-    );
-    let mut mismatches = 0;
-    let rounds = Rounds {
-        find_rounds: args.rounds.max(1),
-        ingest_runs: args.ingest_runs.max(1),
-    };
-    let named = |phase: &str| args.only.iter().any(|p| p == phase);
-    let needs_synthetic =
-        wants("synthetic") || wants("concurrent") || wants("dump") || named("ingest-phases");
-    let synthetic = needs_synthetic.then(|| {
-        let bar = progress_bar();
-        let workload = synthetic::build(&synthetic::SyntheticSpec::default(), &bar);
-        bar.finish_and_clear();
-        workload
-    });
+    let mut figures = verdict::RunFigures::default();
     let mut our_tokens_p50 = None;
-    if let Some(workload) = synthetic.as_ref().filter(|_| wants("synthetic")) {
+    if let Some(workload) = synthetic.filter(|_| wants("synthetic")) {
         let comparison = compare(workload, rounds);
         let reports = &comparison.reports;
         our_tokens_p50 = reports[0].find_tokens.map(|l| l.p50);
@@ -269,50 +265,26 @@ fn main() -> ExitCode {
         println!("{}", comparison.sized.line(reports));
         println!("{}", comparison.own_ids.line());
         println!("(load average after: {})\n", load_average());
-        mismatches += report_mismatches(reports);
+        figures.mismatches += report_mismatches(reports);
+        figures.engines("synthetic", reports, comparison.own_ids.medians());
     }
-    if let Some(workload) = synthetic.as_ref().filter(|_| named("ingest-phases")) {
-        let bar = progress_bar();
-        let table = ingest_phases::table(workload, rounds.ingest_runs, &bar);
-        bar.finish_and_clear();
-        println!("### Ingest by phase: {}\n\n{table}\n", workload.name);
+    if let Some(workload) = trace {
+        let comparison = compare(
+            workload,
+            Rounds {
+                find_rounds: 1,
+                ..rounds
+            },
+        );
+        let reports = &comparison.reports;
+        println!("{}", report::engines_table(&workload.name, reports));
+        println!("{}", comparison.sized.line(reports));
+        println!("{}", comparison.own_ids.line());
         println!("(load average after: {})\n", load_average());
+        figures.mismatches += report_mismatches(reports);
+        figures.engines("Mooncake", reports, comparison.own_ids.medians());
     }
-    if wants("dump") {
-        mismatches += dump_checks(synthetic.as_ref(), args.trace.as_deref(), &args);
-    }
-    if wants("trace") {
-        match &args.trace {
-            None => println!("(trace workload skipped: pass --trace or set KV_ROUTER_TRACE)\n"),
-            Some(path) => {
-                let bar = progress_bar();
-                match trace_workload::build(path, args.trace_workers, args.trace_capacity, &bar) {
-                    Ok(workload) => {
-                        bar.finish_and_clear();
-                        let comparison = compare(
-                            &workload,
-                            Rounds {
-                                find_rounds: 1,
-                                ..rounds
-                            },
-                        );
-                        let reports = &comparison.reports;
-                        println!("{}", report::engines_table(&workload.name, reports));
-                        println!("{}", comparison.sized.line(reports));
-                        println!("{}", comparison.own_ids.line());
-                        println!("(load average after: {})\n", load_average());
-                        mismatches += report_mismatches(reports);
-                    }
-                    Err(error) => {
-                        bar.finish_and_clear();
-                        eprintln!("error: {error}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-        }
-    }
-    if let Some(workload) = synthetic.as_ref().filter(|_| wants("concurrent")) {
+    if let Some(workload) = synthetic.filter(|_| wants("concurrent")) {
         let duration = Duration::from_secs_f64(args.concurrent_secs.max(0.2));
         let bar = progress_bar();
         let ours = concurrent::ours(workload, synthetic::churn_chains(256), duration, &bar);
@@ -336,6 +308,76 @@ fn main() -> ExitCode {
             );
         }
         println!("(load average after: {})\n", load_average());
+        figures.concurrent(&ours, &upstream);
+    }
+    figures
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let wants = |phase: &str| args.only.is_empty() || args.only.iter().any(|p| p == phase);
+    println!(
+        "## Peers bench\n\nMachine: {}; load average at start: {}\n",
+        machine(),
+        load_average()
+    );
+    let mut mismatches = 0;
+    let rounds = Rounds {
+        find_rounds: args.rounds.max(1),
+        ingest_runs: args.ingest_runs.max(1),
+    };
+    let named = |phase: &str| args.only.iter().any(|p| p == phase);
+    let needs_synthetic =
+        wants("synthetic") || wants("concurrent") || wants("dump") || named("ingest-phases");
+    let synthetic = needs_synthetic.then(|| {
+        let bar = progress_bar();
+        let workload = synthetic::build(&synthetic::SyntheticSpec::default(), &bar);
+        bar.finish_and_clear();
+        workload
+    });
+    if let Some(workload) = synthetic.as_ref().filter(|_| named("ingest-phases")) {
+        let bar = progress_bar();
+        let table = ingest_phases::table(workload, rounds.ingest_runs, &bar);
+        bar.finish_and_clear();
+        println!("### Ingest by phase: {}\n\n{table}\n", workload.name);
+        println!("(load average after: {})\n", load_average());
+    }
+    if wants("dump") {
+        mismatches += dump_checks(synthetic.as_ref(), args.trace.as_deref(), &args);
+    }
+    let trace = match (&args.trace, wants("trace")) {
+        (Some(path), true) => {
+            let bar = progress_bar();
+            let built = trace_workload::build(path, args.trace_workers, args.trace_capacity, &bar);
+            bar.finish_and_clear();
+            match built {
+                Ok(workload) => Some(workload),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        (None, true) => {
+            println!("(trace workload skipped: pass --trace or set KV_ROUTER_TRACE)\n");
+            None
+        }
+        (_, false) => None,
+    };
+    let timed = wants("synthetic") || wants("concurrent") || trace.is_some();
+    let runs = if timed { args.runs.max(1) } else { 0 };
+    let mut figures = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        eprintln!("run {run} of {runs}");
+        println!("## Run {run} of {runs}\n");
+        let run_figures = one_run(&args, synthetic.as_ref(), trace.as_ref(), rounds);
+        mismatches += run_figures.mismatches;
+        figures.push(run_figures);
+    }
+    if runs > 0 {
+        let (table, _) = verdict::verdict(&figures);
+        println!("{table}");
+        println!("(load average at the end: {})\n", load_average());
     }
     if mismatches > 0 {
         eprintln!(

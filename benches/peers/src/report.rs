@@ -285,6 +285,11 @@ impl OwnIdsIngest {
         }
     }
 
+    /// The median ingests: ours, `RadixTree`, CRTC.
+    pub fn medians(&self) -> &[IngestSample; 3] {
+        &self.medians
+    }
+
     /// The report's line.
     pub fn line(&self) -> String {
         let [ours, radix, crtc] = &self.medians;
