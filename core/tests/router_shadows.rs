@@ -242,6 +242,10 @@ fn a_paced_evaluator_takes_a_batch_at_a_time() {
     let wait = std::time::Duration::from_millis(10);
     assert_eq!(router.run_shadows_paced(wait, 1.0), 32);
     assert_eq!(router.run_shadows_paced(wait, 0.5), 8);
-    assert_eq!(router.run_shadows_paced(wait, 0.5), 0, "nothing left: it waited and returned");
+    assert_eq!(
+        router.run_shadows_paced(wait, 0.5),
+        0,
+        "nothing left: it waited and returned"
+    );
     assert_eq!(router.shadow_reports()[0].decisions, 40);
 }

@@ -123,15 +123,22 @@ async fn a_shadow_added_by_a_reload_sees_the_bookings_after_it() {
         .expect("the roles are kept");
     for n in 0..3 {
         let answer = client
-            .post_json("/select_and_reserve", &booking(&format!("after{n}"), &tokens(64, 1)))
+            .post_json(
+                "/select_and_reserve",
+                &booking(&format!("after{n}"), &tokens(64, 1)),
+            )
             .await
             .expect("book");
         expect_status(&answer, 200);
     }
     let poll = service.address;
-    eventually(Duration::from_secs(10), "the three shadowed bookings", || async move {
-        let mut client = LoopbackClient::connect(poll).await.expect("connect");
-        shadows(&mut client).await[0]["shadows"][0]["decisions"] == json!(3)
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the three shadowed bookings",
+        || async move {
+            let mut client = LoopbackClient::connect(poll).await.expect("connect");
+            shadows(&mut client).await[0]["shadows"][0]["decisions"] == json!(3)
+        },
+    )
     .await;
 }
