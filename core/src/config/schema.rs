@@ -19,10 +19,12 @@
 use super::parameter_tree::ParameterNode;
 use super::position::Position;
 use crate::identity::Role;
+use serde::de::DeserializeOwned;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// A value and the position where it was written.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,33 +147,25 @@ struct RoleEntryMapping {
 
 impl<'de> Deserialize<'de> for RoleEntry {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(RoleEntryVisitor)
+        deserializer.deserialize_any(BareOrMappingVisitor::<RoleEntry>(PhantomData))
     }
 }
 
-struct RoleEntryVisitor;
+impl BareOrMapping for RoleEntry {
+    type Mapping = RoleEntryMapping;
+    const EXPECTING: &'static str = "a worker-selection entry: a policy type (`prefill: dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `shadow`";
 
-impl<'de> Visitor<'de> for RoleEntryVisitor {
-    type Value = RoleEntry;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "a worker-selection entry: a policy type (`prefill: dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `shadow`",
-        )
+    fn bare(policy_type: &str) -> Self {
+        RoleEntry::bare(policy_type)
     }
 
-    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
-        Ok(RoleEntry::bare(value))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let mapping = RoleEntryMapping::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        Ok(RoleEntry {
+    fn from_mapping(mapping: RoleEntryMapping) -> Self {
+        RoleEntry {
             policy_type: mapping.policy_type,
             parameters: mapping.parameters,
             hints: mapping.hints,
             shadow: mapping.shadow,
-        })
+        }
     }
 }
 
@@ -220,31 +214,23 @@ struct ShadowEntryMapping {
 
 impl<'de> Deserialize<'de> for ShadowEntry {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(ShadowEntryVisitor)
+        deserializer.deserialize_any(BareOrMappingVisitor::<ShadowEntry>(PhantomData))
     }
 }
 
-struct ShadowEntryVisitor;
+impl BareOrMapping for ShadowEntry {
+    type Mapping = ShadowEntryMapping;
+    const EXPECTING: &'static str = "a shadow entry: a policy type (`- dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `name`";
 
-impl<'de> Visitor<'de> for ShadowEntryVisitor {
-    type Value = ShadowEntry;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "a shadow entry: a policy type (`- dynamo-default-cost-fn`) or a mapping with `type` and optional `parameters`, `hints` and `name`",
-        )
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
-        Ok(ShadowEntry {
-            policies: RoleEntry::bare(value),
+    fn bare(policy_type: &str) -> Self {
+        ShadowEntry {
+            policies: RoleEntry::bare(policy_type),
             name: None,
-        })
+        }
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let mapping = ShadowEntryMapping::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        Ok(ShadowEntry {
+    fn from_mapping(mapping: ShadowEntryMapping) -> Self {
+        ShadowEntry {
             policies: RoleEntry {
                 policy_type: mapping.policy_type,
                 parameters: mapping.parameters,
@@ -252,7 +238,39 @@ impl<'de> Visitor<'de> for ShadowEntryVisitor {
                 shadow: None,
             },
             name: mapping.name,
-        })
+        }
+    }
+}
+
+/// An entry written either as a bare policy type (`prefill: dynamo-default-cost-fn`) or as a
+/// mapping: role entries and shadow entries.
+trait BareOrMapping: Sized {
+    /// The mapping form, as parsed.
+    type Mapping: DeserializeOwned;
+    /// What the entry looks like, for the error of any other shape.
+    const EXPECTING: &'static str;
+    /// The bare form: the type alone, its position filled in by the caller's `Located`.
+    fn bare(policy_type: &str) -> Self;
+    /// The mapping form.
+    fn from_mapping(mapping: Self::Mapping) -> Self;
+}
+
+/// Reads a [`BareOrMapping`] entry from either of its forms.
+struct BareOrMappingVisitor<T>(PhantomData<T>);
+
+impl<'de, T: BareOrMapping> Visitor<'de> for BareOrMappingVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(T::bare(value))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::Mapping::deserialize(de::value::MapAccessDeserializer::new(map)).map(T::from_mapping)
     }
 }
 

@@ -156,19 +156,11 @@ impl Router {
     /// queues nothing, and this returns 0.
     pub fn run_pending_shadows(&self, wait: Option<Duration>) -> usize {
         let mut evaluator = self.shadows.receiver.lock();
-        let evaluator = &mut *evaluator;
-        let mut next = match wait {
+        let first = match wait {
             Some(wait) => evaluator.receiver.recv_timeout(wait).ok(),
             None => evaluator.receiver.try_recv().ok(),
         };
-        let mut evaluated = 0;
-        while let Some(case) = next {
-            self.evaluate_shadows(&case, evaluator);
-            self.shadows.recycle(case);
-            evaluated += 1;
-            next = evaluator.receiver.try_recv().ok();
-        }
-        evaluated
+        self.evaluate_queued(&mut evaluator, first, usize::MAX)
     }
 
     /// One step of an evaluator thread of its own: waits up to `wait` for a booking, evaluates
@@ -182,23 +174,34 @@ impl Router {
             1.0
         };
         let mut evaluator = self.shadows.receiver.lock();
-        let evaluator = &mut *evaluator;
         let Ok(first) = evaluator.receiver.recv_timeout(wait) else {
             return 0;
         };
         let started = Instant::now();
-        let mut next = Some(first);
+        let evaluated = self.evaluate_queued(&mut evaluator, Some(first), PACED_BATCH);
+        if share < 1.0 {
+            std::thread::sleep(started.elapsed().mul_f64(1.0 / share - 1.0));
+        }
+        evaluated
+    }
+
+    /// Evaluates `first`, then queued cases while there are any, `limit` in all at most;
+    /// returns how many it evaluated.
+    fn evaluate_queued(
+        &self,
+        evaluator: &mut Evaluator,
+        first: Option<ShadowCase>,
+        limit: usize,
+    ) -> usize {
+        let mut next = first;
         let mut evaluated = 0;
         while let Some(case) = next {
             self.evaluate_shadows(&case, evaluator);
             self.shadows.recycle(case);
             evaluated += 1;
-            next = (evaluated < PACED_BATCH)
+            next = (evaluated < limit)
                 .then(|| evaluator.receiver.try_recv().ok())
                 .flatten();
-        }
-        if share < 1.0 {
-            std::thread::sleep(started.elapsed().mul_f64(1.0 / share - 1.0));
         }
         evaluated
     }

@@ -24,9 +24,9 @@ pub trait ConfigLoader: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReloadTrigger {
     /// `SIGHUP`.
-    Signal,
+    Signal = 0,
     /// `POST /admin/config`.
-    Request,
+    Request = 1,
 }
 
 impl ReloadTrigger {
@@ -37,13 +37,6 @@ impl ReloadTrigger {
         match self {
             ReloadTrigger::Signal => "sighup",
             ReloadTrigger::Request => "http",
-        }
-    }
-
-    const fn slot(self) -> usize {
-        match self {
-            ReloadTrigger::Signal => 0,
-            ReloadTrigger::Request => 1,
         }
     }
 }
@@ -197,7 +190,7 @@ impl ConfigReloader {
     ) -> Result<ReloadOutcome, ReloadError> {
         match &result {
             Ok(outcome) => {
-                self.applied[trigger.slot()].fetch_add(1, Ordering::Relaxed);
+                self.applied[trigger as usize].fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     trigger = trigger.as_str(),
                     version = outcome.version,
@@ -206,7 +199,7 @@ impl ConfigReloader {
                 );
             }
             Err(error) => {
-                self.rejected[trigger.slot()].fetch_add(1, Ordering::Relaxed);
+                self.rejected[trigger as usize].fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     trigger = trigger.as_str(),
                     "configuration reload rejected, nothing changed:\n{error}"
@@ -252,7 +245,7 @@ impl MetricsSource for ConfigReloader {
         for (name, help, counts) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             for trigger in ReloadTrigger::ALL {
-                let count = counts[trigger.slot()].load(Ordering::Relaxed);
+                let count = counts[trigger as usize].load(Ordering::Relaxed);
                 let _ = writeln!(out, "{name}{{trigger=\"{}\"}} {count}", trigger.as_str());
             }
         }
