@@ -20,6 +20,7 @@ pub mod openai_error;
 pub mod openai_request;
 pub mod relayed_body;
 pub mod static_worker;
+pub mod worker_connections;
 pub mod worker_health;
 pub mod worker_try;
 
@@ -47,6 +48,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
+use worker_connections::WorkerRequest;
 use worker_health::{BreakerOptions, WorkerHealth};
 use worker_try::{Answered, WorkerClient, try_worker, worker_client, worker_headers, worker_url};
 
@@ -412,10 +414,19 @@ impl Gateway {
         let Ok(url) = worker_url(endpoint, "/health") else {
             return false;
         };
-        let mut request = hyper::Request::new(http_body_util::Full::new(Bytes::new()));
-        *request.uri_mut() = url;
-        let answer = tokio::time::timeout(self.options.probe_timeout, self.client.request(request));
-        matches!(answer.await, Ok(Ok(response)) if response.status().is_success())
+        let request = WorkerRequest {
+            method: hyper::http::Method::GET,
+            url,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        let answer = tokio::time::timeout(self.options.probe_timeout, async {
+            let (head, body) = self.client.send(request).await?;
+            // Read to the end, so the connection is kept for the next request.
+            let _ = http_body_util::BodyExt::collect(body).await;
+            Ok::<_, worker_connections::SendError>(head.status)
+        });
+        matches!(answer.await, Ok(Ok(status)) if status.is_success())
     }
 }
 

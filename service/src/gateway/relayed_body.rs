@@ -8,9 +8,9 @@
 use super::booking_guard::BookingGuard;
 use super::gateway_metrics::WorkerCounters;
 use super::openai_error::OpenAiError;
+use super::worker_connections::WorkerBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,7 +31,7 @@ pub struct RelayAccounting {
 /// The client's view of the worker's answer.
 pub struct RelayedBody {
     first: Option<Frame<Bytes>>,
-    upstream: Option<Incoming>,
+    upstream: Option<WorkerBody>,
     accounting: Option<RelayAccounting>,
     stream: bool,
 }
@@ -41,7 +41,7 @@ impl RelayedBody {
     /// `stream` says whether the answer is server-sent events.
     pub fn new(
         first: Option<Frame<Bytes>>,
-        upstream: Incoming,
+        upstream: WorkerBody,
         accounting: RelayAccounting,
         stream: bool,
     ) -> Self {

@@ -1,31 +1,27 @@
-//! One try of a request on one worker: the request goes out over a pooled HTTP/1 connection,
-//! and the try succeeds once the worker's answer has its first byte. A refused connection, no
-//! first byte within the timeout, a 5xx status or a body that fails before its first byte is
-//! a failure the gateway may re-book elsewhere, since the client has seen nothing yet. Enters:
-//! the worker's endpoint, the client's headers and the body to send; leaves: the answer's
-//! head, its first frame and the rest of its body, or why the try failed.
+//! One try of a request on one worker: the request goes out over a kept HTTP/1 connection
+//! ([`WorkerConnections`]), and the try succeeds once the worker's answer has its first byte. A
+//! refused connection, no first byte within the timeout, a 5xx status or a body that fails
+//! before its first byte is a failure the gateway may re-book elsewhere, since the client has
+//! seen nothing yet. Enters: the worker's endpoint, the client's headers and the body to send;
+//! leaves: the answer's head, its first frame and the rest of its body, or why the try failed.
 
+use super::worker_connections::{WorkerBody, WorkerConnections, WorkerRequest};
 use bytes::Bytes;
 use http_body::Frame;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::BodyExt;
+use hyper::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use std::time::Duration;
 
-/// The gateway's client for workers: pooled keep-alive HTTP/1 connections.
-pub type WorkerClient = Client<HttpConnector, Full<Bytes>>;
+/// How long a kept connection to a worker may sit idle before it is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The gateway's client for workers: kept-alive HTTP/1 connections, each driven by the
+/// request that holds it.
+pub type WorkerClient = WorkerConnections;
 
 /// A client whose connections are refused after `connect_timeout`.
 pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(connector)
+    WorkerConnections::new(connect_timeout, IDLE_TIMEOUT)
 }
 
 /// A worker's answer whose first byte has arrived.
@@ -35,7 +31,7 @@ pub struct Answered {
     /// The first frame of the body (`None`: the body is empty).
     pub first: Option<Frame<Bytes>>,
     /// The rest of the body.
-    pub rest: Incoming,
+    pub rest: WorkerBody,
 }
 
 /// Why a try failed before the client saw a byte.
@@ -133,16 +129,17 @@ pub async fn try_worker(
     body: Bytes,
     timeout: Duration,
 ) -> Result<Answered, TryFailure> {
-    let mut request = Request::new(Full::new(body));
-    *request.method_mut() = Method::POST;
-    *request.uri_mut() = url;
-    *request.headers_mut() = headers;
+    let request = WorkerRequest {
+        method: Method::POST,
+        url,
+        headers,
+        body,
+    };
     let exchange = async {
-        let response = client
-            .request(request)
+        let (head, mut rest) = client
+            .send(request)
             .await
             .map_err(|error| TryFailure::Unreachable(error_chain(&error)))?;
-        let (head, mut rest) = response.into_parts();
         if head.status.is_server_error() {
             let body = first_bytes(rest).await;
             return Err(TryFailure::ServerError {
@@ -163,7 +160,7 @@ pub async fn try_worker(
 }
 
 /// The start of an error body, for the log and the client's message.
-async fn first_bytes(body: Incoming) -> String {
+async fn first_bytes(body: WorkerBody) -> String {
     let limited = http_body_util::Limited::new(body, 4096);
     match limited.collect().await {
         Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
