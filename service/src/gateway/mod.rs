@@ -48,9 +48,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
-use worker_connections::WorkerRequest;
+use worker_connections::{WorkerConnections, WorkerRequest};
 use worker_health::{BreakerOptions, WorkerHealth};
-use worker_try::{Answered, WorkerClient, try_worker, worker_client, worker_headers, worker_url};
+use worker_try::{Answered, try_worker, worker_client, worker_headers, worker_url};
 
 /// The response header naming the worker that served a request.
 pub const WORKER_HEADER: &str = "x-kv-router-worker-id";
@@ -129,7 +129,7 @@ pub struct Gateway {
     service: Arc<SelectionService>,
     models: BTreeMap<String, ModelEntry>,
     options: GatewayOptions,
-    client: WorkerClient,
+    client: WorkerConnections,
     stats: Arc<GatewayStats>,
 }
 

@@ -248,10 +248,10 @@ fn authority(url: &Uri) -> Result<String, SendError> {
 fn hyper_request(request: &WorkerRequest, authority: &str) -> Request<Full<Bytes>> {
     let mut out = Request::new(Full::new(request.body.clone()));
     *out.method_mut() = request.method.clone();
-    *out.uri_mut() = request.url.path_and_query().map_or_else(
-        || Uri::from_static("/"),
-        |path| Uri::try_from(path.as_str()).unwrap_or_else(|_| Uri::from_static("/")),
-    );
+    *out.uri_mut() = request
+        .url
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |path| Uri::from(path.clone()));
     *out.headers_mut() = request.headers.clone();
     let host = request.url.authority().map_or(authority, |a| a.as_str());
     if let Ok(value) = HeaderValue::from_str(host) {
@@ -346,7 +346,8 @@ impl Body for WorkerBody {
                 this.ended = true;
             }
         }
-        if this.ended && this.held.as_ref().is_none_or(Result::is_ok) {
+        // After an error the connection was dropped already: there is nothing to keep.
+        if this.ended {
             this.release();
         }
         match joined.into_bytes() {

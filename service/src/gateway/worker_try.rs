@@ -15,12 +15,8 @@ use std::time::Duration;
 /// How long a kept connection to a worker may sit idle before it is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The gateway's client for workers: kept-alive HTTP/1 connections, each driven by the
-/// request that holds it.
-pub type WorkerClient = WorkerConnections;
-
-/// A client whose connections are refused after `connect_timeout`.
-pub fn worker_client(connect_timeout: Duration) -> WorkerClient {
+/// The gateway's connections to its workers, refused after `connect_timeout`.
+pub fn worker_client(connect_timeout: Duration) -> WorkerConnections {
     WorkerConnections::new(connect_timeout, IDLE_TIMEOUT)
 }
 
@@ -123,7 +119,7 @@ pub fn worker_headers(client: &HeaderMap, extra: Option<(&'static str, HeaderVal
 
 /// Sends `body` to `url` and waits, at most `timeout`, for the answer's first byte.
 pub async fn try_worker(
-    client: &WorkerClient,
+    client: &WorkerConnections,
     url: Uri,
     headers: HeaderMap,
     body: Bytes,
