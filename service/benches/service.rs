@@ -4,7 +4,9 @@
 //!   concurrency 1 and bookings/s at concurrency 32, for 512- and 8,192-token prompts, on 8
 //!   workers whose index holds the prompts' shared prefixes;
 //! - ZMQ ingest end to end (engine publisher → SUB → msgpack decode → index): stored blocks/s
-//!   with batches of 32 blocks of 16 tokens;
+//!   with batches of 32 blocks of 16 tokens, from this crate's publisher and from a real libzmq
+//!   one (`scripts/pyzmq_engine.py` on pyzmq + msgspec, vLLM's batch layout; needs
+//!   `KV_ROUTER_PYTHON`, a Python with `.ci/requirements.txt`, and is skipped without it);
 //! - resident memory of a service holding 64 workers × 16,384 cached blocks.
 //!
 //! `cargo bench -p kv-router-service --bench service [-- booking|ingest|memory]`
@@ -235,6 +237,26 @@ async fn booking(tokens_per_prompt: usize) {
 async fn ingest() {
     const BATCHES: usize = 20_000;
     const BLOCKS: usize = 32;
+    let prompt = tokens(BATCHES * BLOCKS * 16, 99);
+    let payloads: Vec<Vec<u8>> = (0..BATCHES)
+        .map(|b| {
+            let first = b * BLOCKS;
+            encode_batch(&EngineEventBatch {
+                ts: b as f64,
+                events: vec![EngineEvent::BlockStored(BlockStored {
+                    block_hashes: (first..first + BLOCKS).map(|i| i as u64 + 1).collect(),
+                    parent_block_hash: (first > 0).then_some(first as u64),
+                    token_ids: prompt[first * 16..(first + BLOCKS) * 16].to_vec(),
+                    block_size: 16,
+                    ..BlockStored::default()
+                })],
+                data_parallel_rank: None,
+            })
+        })
+        .collect();
+    // The in-process figures come first: the sockets below are not left idle meanwhile.
+    decode_and_index(&payloads);
+    compare_decoders(&payloads);
     let ingress = ZmqIngress::new(Arc::new(ZmqTransport), ListenerOptions::default());
     let stats = ingress.stats();
     let (service, _) = start(Arc::new(ingress)).await;
@@ -255,30 +277,12 @@ async fn ingest() {
         engine.publish(empty.clone()).await.expect("publish");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let prompt = tokens(BATCHES * BLOCKS * 16, 99);
-    let payloads: Vec<Vec<u8>> = (0..BATCHES)
-        .map(|b| {
-            let first = b * BLOCKS;
-            encode_batch(&EngineEventBatch {
-                ts: b as f64,
-                events: vec![EngineEvent::BlockStored(BlockStored {
-                    block_hashes: (first..first + BLOCKS).map(|i| i as u64 + 1).collect(),
-                    parent_block_hash: (first > 0).then_some(first as u64),
-                    token_ids: prompt[first * 16..(first + BLOCKS) * 16].to_vec(),
-                    block_size: 16,
-                    ..BlockStored::default()
-                })],
-                data_parallel_rank: None,
-            })
-        })
-        .collect();
     let partition = service
         .partition(&PartitionKey {
             model_name: "m".to_owned(),
             routing_group: "default".to_owned(),
         })
         .expect("partition");
-    decode_and_index(&payloads);
     let progress = bar((BATCHES * BLOCKS) as u64, "ZMQ ingest, blocks");
     // A PUB socket drops what a subscriber's queue cannot take (as libzmq does at its high-water
     // mark), so the engine keeps at most WINDOW batches in flight: the figure is what the
@@ -336,7 +340,8 @@ fn decode_and_index(payloads: &[Vec<u8>]) {
     let mut decode = Duration::ZERO;
     for (seq, payload) in payloads.iter().enumerate() {
         let t = Instant::now();
-        let batch = kv_router_service::msgpack_batch::decode_event_batch(payload).expect("batch");
+        let batch =
+            kv_router_service::event_batch_reader::read_event_batch(payload).expect("batch");
         decode += t.elapsed();
         let converted =
             kv_router_service::event_conversion::convert_batch(&batch, seq as u64, 1, 0, 16);
@@ -352,6 +357,182 @@ fn decode_and_index(payloads: &[Vec<u8>]) {
         blocks as f64 / elapsed.as_secs_f64(),
         elapsed.as_secs_f64(),
         100.0 * decode.as_secs_f64() / elapsed.as_secs_f64()
+    );
+}
+
+/// The batches decoded alone, by the direct reader the listener uses and by the value-tree
+/// decoder, in turns (three each): decoded blocks per second.
+fn compare_decoders(payloads: &[Vec<u8>]) {
+    type Decoder = fn(
+        &[u8],
+    ) -> Result<
+        kv_router_service::engine_event::EngineEventBatch,
+        kv_router_service::msgpack_batch::BatchDecodeError,
+    >;
+    let decoders: [(&str, Decoder); 2] = [
+        (
+            "direct reader",
+            kv_router_service::event_batch_reader::read_event_batch,
+        ),
+        (
+            "value tree",
+            kv_router_service::msgpack_batch::decode_event_batch,
+        ),
+    ];
+    let mut rates = [Vec::new(), Vec::new()];
+    for _ in 0..3 {
+        for (index, (_, decode)) in decoders.iter().enumerate() {
+            let started = Instant::now();
+            let mut blocks = 0usize;
+            for payload in payloads {
+                let batch = decode(payload).expect("batch");
+                for event in &batch.events {
+                    if let kv_router_service::engine_event::EngineEvent::BlockStored(stored) = event
+                    {
+                        blocks += stored.block_hashes.len();
+                    }
+                }
+                std::hint::black_box(batch);
+            }
+            rates[index].push(blocks as f64 / started.elapsed().as_secs_f64());
+        }
+    }
+    for ((name, _), rates) in decoders.iter().zip(&rates) {
+        let mut sorted = rates.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "msgpack decode alone, {name}: {:>10.0} blocks/s (median of 3; {:.0}–{:.0})",
+            sorted[1], sorted[0], sorted[2]
+        );
+    }
+}
+
+/// The Python engine of `scripts/pyzmq_engine.py`, one JSON line per command and answer;
+/// killed when dropped.
+struct PythonEngine {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PythonEngine {
+    fn start(python: &str) -> Result<(Self, serde_json::Value), String> {
+        use std::process::{Command, Stdio};
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pyzmq_engine.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("cannot run {python}: {error}"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("no pipes to the Python engine".to_owned());
+        };
+        let mut engine = Self {
+            child,
+            stdin,
+            stdout: std::io::BufReader::new(stdout),
+        };
+        let endpoints = engine.read().map_err(|error| {
+            format!(
+                "the Python engine did not start: {error}; does {python} have pyzmq and msgspec?"
+            )
+        })?;
+        Ok((engine, endpoints))
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").expect("write to the Python engine");
+    }
+
+    fn read(&mut self) -> Result<serde_json::Value, String> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .map_err(|error| error.to_string())?;
+        serde_json::from_str(&line).map_err(|error| format!("{error}: {line:?}"))
+    }
+}
+
+impl Drop for PythonEngine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Ingest from a real libzmq publisher: pyzmq + msgspec encode 20,000 batches of vLLM's
+/// positional layout (one `BlockStored` of 32 blocks × 16 tokens each) beforehand, then
+/// publish them at once; the figure is from the first publish to the last block indexed.
+async fn pyzmq_ingest() {
+    const BATCHES: usize = 20_000;
+    const BLOCKS: usize = 32;
+    let Ok(python) = std::env::var("KV_ROUTER_PYTHON") else {
+        println!(
+            "ZMQ ingest from pyzmq: skipped (set KV_ROUTER_PYTHON to a Python with pyzmq and msgspec, e.g. target/ci-venv/bin/python after `pip install -r .ci/requirements.txt`)"
+        );
+        return;
+    };
+    let (mut engine, endpoints) = match PythonEngine::start(&python) {
+        Ok(started) => started,
+        Err(reason) => {
+            println!("ZMQ ingest from pyzmq: skipped ({reason})");
+            return;
+        }
+    };
+    let ingress = ZmqIngress::new(Arc::new(ZmqTransport), ListenerOptions::default());
+    let stats = ingress.stats();
+    let (service, _) = start(Arc::new(ingress)).await;
+    let events = endpoints["events"].as_str().expect("events endpoint");
+    let replay = endpoints["replay"].as_str().expect("replay endpoint");
+    service
+        .upsert_worker(worker(1, Some((events, replay))))
+        .expect("register");
+    // The subscription is live once an empty batch gets through.
+    while stats.batches.load(Ordering::Relaxed) == 0 {
+        engine.send(r#"{"op": "empty"}"#);
+        engine.read().expect("answer");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.send(
+        &json!({"op": "blast", "batches": BATCHES, "blocks": BLOCKS, "block_size": 16,
+                "first_hash": 1_000_000, "seed": 99})
+        .to_string(),
+    );
+    engine.read().expect("encoded");
+    let partition = service
+        .partition(&PartitionKey {
+            model_name: "m".to_owned(),
+            routing_group: "default".to_owned(),
+        })
+        .expect("partition");
+    let target = BATCHES * BLOCKS;
+    let progress = bar(target as u64, "ZMQ ingest from pyzmq, blocks");
+    let started = Instant::now();
+    engine.send("go");
+    let deadline = started + Duration::from_secs(60);
+    let held = loop {
+        let held = partition
+            .router
+            .worker_index_state(WorkerId::new(1, 0))
+            .map_or(0, |state| state.blocks);
+        progress.set_position(held as u64);
+        if held >= target || Instant::now() > deadline {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let elapsed = started.elapsed();
+    progress.finish_and_clear();
+    let sent = engine.read().expect("sent");
+    println!(
+        "ZMQ ingest from pyzmq (vLLM layout, 32 blocks × 16 tokens a batch): {:>10.0} stored blocks/s ({held}/{target} blocks in {:.2} s; Python published in {:.2} s; {} replayed batches)",
+        held as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        sent["seconds"].as_f64().unwrap_or(f64::NAN),
+        stats.replayed_batches.load(Ordering::Relaxed),
     );
 }
 
@@ -441,6 +622,7 @@ fn main() {
         }
         if wants("ingest") {
             ingest().await;
+            pyzmq_ingest().await;
         }
     });
 }

@@ -13,10 +13,10 @@
 //! (and its `seq` 0 may have gone by unseen): the worker is cleared and rebuilt from the
 //! engine's replay from 0.
 
+use crate::event_batch_reader::read_event_batch;
 use crate::event_conversion::convert_batch;
 use crate::event_transport::EventTransport;
 use crate::ingest_stats::IngestStats;
-use crate::msgpack_batch::decode_event_batch;
 use crate::partition::Partition;
 use crate::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use bytes::Bytes;
@@ -178,7 +178,7 @@ impl KvListener {
 
     /// Decodes and applies one batch; returns the worker rank it was about.
     fn apply(&self, seq: u64, payload: &[u8]) -> Option<WorkerId> {
-        let batch = match decode_event_batch(payload) {
+        let batch = match read_event_batch(payload) {
             Ok(batch) => batch,
             Err(error) => {
                 self.stats.decode_errors.fetch_add(1, Ordering::Relaxed);

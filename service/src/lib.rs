@@ -12,6 +12,7 @@ pub mod booking_lifecycle;
 pub mod engine_event;
 pub mod engine_publisher;
 pub mod error;
+pub mod event_batch_reader;
 pub mod event_conversion;
 pub mod event_transport;
 pub mod gateway;

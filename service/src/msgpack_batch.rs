@@ -25,6 +25,10 @@ fn fail<T>(message: impl Into<String>) -> Result<T, BatchDecodeError> {
 }
 
 /// Decodes one msgpack `EventBatch`.
+///
+/// This reads the payload into a whole `rmpv` value tree: every layout, with messages that
+/// name what is wrong. [`crate::event_batch_reader::read_event_batch`] reads the common vLLM
+/// layout faster and hands everything else to this.
 pub fn decode_event_batch(payload: &[u8]) -> Result<EngineEventBatch, BatchDecodeError> {
     let mut reader = payload;
     let value = rmpv::decode::read_value(&mut reader)
@@ -78,7 +82,7 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn timestamp(value: Option<Value>) -> Result<f64, BatchDecodeError> {
+pub(crate) fn timestamp(value: Option<Value>) -> Result<f64, BatchDecodeError> {
     match value {
         Some(Value::F64(ts)) => Ok(ts),
         Some(Value::F32(ts)) => Ok(f64::from(ts)),
@@ -91,7 +95,7 @@ fn timestamp(value: Option<Value>) -> Result<f64, BatchDecodeError> {
     }
 }
 
-fn rank(value: Option<Value>) -> Result<Option<u32>, BatchDecodeError> {
+pub(crate) fn rank(value: Option<Value>) -> Result<Option<u32>, BatchDecodeError> {
     match value {
         None | Some(Value::Nil) => Ok(None),
         Some(Value::Integer(rank)) => rank
@@ -181,7 +185,7 @@ fn token(value: &Value) -> Result<u32, BatchDecodeError> {
 }
 
 /// Token ids, and whether they came as EAGLE bigrams.
-fn token_ids(value: Option<&Value>) -> Result<(Vec<u32>, bool), BatchDecodeError> {
+pub(crate) fn token_ids(value: Option<&Value>) -> Result<(Vec<u32>, bool), BatchDecodeError> {
     let items = match value {
         Some(Value::Array(items)) => items,
         Some(other) => {
@@ -299,52 +303,69 @@ fn positional_event(items: Vec<Value>) -> Result<EngineEvent, BatchDecodeError> 
     match tag.as_str() {
         "BlockStored" => {
             let block_hashes = hashes(items.get(1), "block_hashes")?;
-            let parent_block_hash = optional_hash(items.get(2), "parent_block_hash")?;
-            let (token_ids, is_eagle) = token_ids(items.get(3))?;
-            let (lora_name, cache_salt) = match items.get(7) {
-                Some(Value::Map(entries)) => (
-                    None,
-                    entries
-                        .iter()
-                        .find(|(key, _)| key.as_str() == Some("cache_salt"))
-                        .map(|(_, value)| text(Some(value), "cache_salt"))
-                        .transpose()?
-                        .flatten(),
-                ),
-                other => (text(other, "lora_name")?, None),
-            };
-            let tail = tail(items.get(9..).unwrap_or_default());
-            Ok(EngineEvent::BlockStored(BlockStored {
-                block_hashes,
-                parent_block_hash,
-                token_ids,
-                block_size: block_size(items.get(4))?,
-                lora_id: unsigned(items.get(5), "lora_id")?,
-                medium: non_empty(text(items.get(6), "medium")?),
-                lora_name: non_empty(lora_name),
-                cache_salt: non_empty(cache_salt),
-                group_idx: tail.group_idx,
-                kv_cache_spec_kind: tail.kv_cache_spec_kind,
-                is_eagle,
-                locality: tail.locality,
-            }))
+            let tokens = token_ids(items.get(3))?;
+            positional_stored(&items, block_hashes, tokens)
         }
-        "BlockRemoved" => {
-            let tail = tail(items.get(3..).unwrap_or_default());
-            Ok(EngineEvent::BlockRemoved(BlockRemoved {
-                block_hashes: hashes(items.get(1), "block_hashes")?,
-                medium: non_empty(text(items.get(2), "medium")?),
-                group_idx: tail.group_idx,
-                kv_cache_spec_kind: tail.kv_cache_spec_kind,
-                locality: tail.locality,
-            }))
-        }
+        "BlockRemoved" => positional_removed(&items, hashes(items.get(1), "block_hashes")?),
         "AllBlocksCleared" => Ok(EngineEvent::AllBlocksCleared),
         "Ignored" => Ok(EngineEvent::Ignored),
         other => fail(format!(
             "unknown event type `{other}`; expected BlockStored, BlockRemoved or AllBlocksCleared"
         )),
     }
+}
+
+/// A positional `BlockStored` from its fields, `block_hashes` (item 1) and the token ids
+/// (item 3, and whether they came as EAGLE bigrams) given already decoded; `items` holds
+/// every position (1 and 3 are not read).
+pub(crate) fn positional_stored(
+    items: &[Value],
+    block_hashes: Vec<u64>,
+    (token_ids, is_eagle): (Vec<u32>, bool),
+) -> Result<EngineEvent, BatchDecodeError> {
+    let parent_block_hash = optional_hash(items.get(2), "parent_block_hash")?;
+    let (lora_name, cache_salt) = match items.get(7) {
+        Some(Value::Map(entries)) => (
+            None,
+            entries
+                .iter()
+                .find(|(key, _)| key.as_str() == Some("cache_salt"))
+                .map(|(_, value)| text(Some(value), "cache_salt"))
+                .transpose()?
+                .flatten(),
+        ),
+        other => (text(other, "lora_name")?, None),
+    };
+    let tail = tail(items.get(9..).unwrap_or_default());
+    Ok(EngineEvent::BlockStored(BlockStored {
+        block_hashes,
+        parent_block_hash,
+        token_ids,
+        block_size: block_size(items.get(4))?,
+        lora_id: unsigned(items.get(5), "lora_id")?,
+        medium: non_empty(text(items.get(6), "medium")?),
+        lora_name: non_empty(lora_name),
+        cache_salt: non_empty(cache_salt),
+        group_idx: tail.group_idx,
+        kv_cache_spec_kind: tail.kv_cache_spec_kind,
+        is_eagle,
+        locality: tail.locality,
+    }))
+}
+
+/// A positional `BlockRemoved` from its fields, `block_hashes` (item 1) given already decoded.
+pub(crate) fn positional_removed(
+    items: &[Value],
+    block_hashes: Vec<u64>,
+) -> Result<EngineEvent, BatchDecodeError> {
+    let tail = tail(items.get(3..).unwrap_or_default());
+    Ok(EngineEvent::BlockRemoved(BlockRemoved {
+        block_hashes,
+        medium: non_empty(text(items.get(2), "medium")?),
+        group_idx: tail.group_idx,
+        kv_cache_spec_kind: tail.kv_cache_spec_kind,
+        locality: tail.locality,
+    }))
 }
 
 fn map_event(entries: Vec<(Value, Value)>) -> Result<EngineEvent, BatchDecodeError> {

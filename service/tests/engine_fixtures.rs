@@ -2,6 +2,7 @@
 //! declared field for field with msgspec) decode to what the script says the router must see.
 
 use kv_router_service::engine_event::{EngineEvent, EngineEventBatch, SkipReason};
+use kv_router_service::event_batch_reader::read_event_batch;
 use kv_router_service::msgpack_batch::{bytes_hash, decode_event_batch};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -50,6 +51,8 @@ fn decoded(name: &str) -> EngineEventBatch {
     let (payload, expected) = fixture(name);
     let batch = decode_event_batch(&payload).unwrap_or_else(|error| panic!("{name}: {error}"));
     assert_eq!(as_json(&batch), expected, "{name}");
+    // The direct reader (what the listener uses) reads every fixture to the same batch.
+    assert_eq!(read_event_batch(&payload), Ok(batch.clone()), "{name}");
     batch
 }
 
@@ -128,6 +131,7 @@ fn malformed_payloads_are_errors_naming_the_problem() {
     ];
     for (payload, expected) in cases {
         let error = decode_event_batch(payload).expect_err("malformed");
+        assert_eq!(read_event_batch(payload), Err(error.clone()));
         assert!(
             error.to_string().contains(expected),
             "{error} vs {expected}"
