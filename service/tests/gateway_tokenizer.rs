@@ -70,6 +70,28 @@ fn the_tokenizer_is_shareable() {
 }
 
 #[test]
+fn the_fixture_is_encoded_directly_with_the_full_pipelines_ids() {
+    let tokenizer = fixture();
+    assert!(tokenizer.encodes_directly());
+    let chat = tokenizer
+        .render_chat(&chat_body(
+            json!([{"role": "user", "content": "Hi there, it's 12:30!"}]),
+        ))
+        .expect("renders");
+    for text in [chat.as_str(), "The cat's 1234 naps.\r\n  Twice  ", ""] {
+        for add_special_tokens in [false, true] {
+            assert_eq!(
+                tokenizer.encode(text, add_special_tokens).expect("encodes"),
+                tokenizer
+                    .encode_in_full(text, add_special_tokens)
+                    .expect("encodes in full"),
+                "{text:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn encoding_round_trips_and_bos_follows_add_special_tokens() {
     let tokenizer = fixture();
     let text = "Hello world! The router books 1234 tokens.\n\nÜber café ☕";

@@ -13,6 +13,7 @@
 
 pub mod booking_guard;
 pub mod chat_template;
+pub mod direct_encoder;
 pub mod gateway_metrics;
 pub mod hint_delivery;
 pub mod model_tokenizer;

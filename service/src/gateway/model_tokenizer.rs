@@ -23,6 +23,7 @@ use super::chat_template::{
     ChatTemplates, ContentFormat, NamedTemplate, RenderError, SpecialTokens, TemplateError,
     templates_from_config,
 };
+use super::direct_encoder::DirectEncoder;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -147,6 +148,8 @@ impl PromptError {
 pub struct ModelTokenizer {
     model: String,
     tokenizer: tokenizers::Tokenizer,
+    /// The same ids without `tokenizers`' offset tracking, when the pipeline allows it.
+    direct: Option<DirectEncoder>,
     templates: Option<ChatTemplates>,
     special: SpecialTokens,
     context_limit: Option<usize>,
@@ -158,7 +161,7 @@ impl ModelTokenizer {
     /// (then the config is looked for beside it).
     pub fn load(path: &Path) -> Result<Self, TokenizerLoadError> {
         let (dir, tokenizer_path) = locate(path)?;
-        let tokenizer = load_tokenizer(&tokenizer_path)?;
+        let (tokenizer, direct) = load_tokenizer(&tokenizer_path)?;
         let config_path = dir.join(TOKENIZER_CONFIG_FILE);
         let config = load_config(&config_path)?;
         let special = SpecialTokens::from_config(&config);
@@ -172,6 +175,7 @@ impl ModelTokenizer {
         Ok(Self {
             model,
             tokenizer,
+            direct,
             templates,
             context_limit: context_limit(&config),
             special,
@@ -181,10 +185,31 @@ impl ModelTokenizer {
     /// Token ids of a completion prompt (`add_special_tokens`: true for /v1/completions
     /// prompts, as vLLM does).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, PromptError> {
+        let direct = self.direct.as_ref();
+        if let Some(ids) = direct.and_then(|d| d.encode(&self.tokenizer, text, add_special_tokens))
+        {
+            return Ok(ids);
+        }
+        self.encode_in_full(text, add_special_tokens)
+    }
+
+    /// Token ids through `tokenizers`' whole pipeline (what [`encode`](Self::encode) gives
+    /// where the direct encoder cannot).
+    pub fn encode_in_full(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, PromptError> {
         self.tokenizer
             .encode_fast(text, add_special_tokens)
             .map(|encoding| encoding.get_ids().to_vec())
             .map_err(|error| PromptError::Tokenizer(error.to_string()))
+    }
+
+    /// Whether prompts are encoded by the [`DirectEncoder`] (else by `tokenizers`' full
+    /// pipeline); the startup log says why not.
+    pub fn encodes_directly(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// The text of token ids (for tests and logs).
@@ -275,12 +300,29 @@ fn read(path: &Path) -> Result<Vec<u8>, TokenizerLoadError> {
     })
 }
 
-fn load_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerLoadError> {
+/// The tokenizer at `path`, and its direct encoder when its pipeline has one.
+fn load_tokenizer(
+    path: &Path,
+) -> Result<(tokenizers::Tokenizer, Option<DirectEncoder>), TokenizerLoadError> {
     let bytes = read(path)?;
-    tokenizers::Tokenizer::from_bytes(bytes).map_err(|error| TokenizerLoadError::BadTokenizer {
+    let bad = |detail: String| TokenizerLoadError::BadTokenizer {
         path: path.to_path_buf(),
-        detail: error.to_string(),
-    })
+        detail,
+    };
+    let tokenizer = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| bad(e.to_string()))?;
+    let json: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    let direct = match DirectEncoder::plan(&json, &tokenizer) {
+        Ok(direct) => Some(direct),
+        Err(why) => {
+            tracing::info!(
+                tokenizer = %path.display(),
+                %why,
+                "prompts go through tokenizers' full pipeline (no direct encoder)"
+            );
+            None
+        }
+    };
+    Ok((tokenizer, direct))
 }
 
 /// The parsed tokenizer_config.json, or an empty object when there is none.
