@@ -12,9 +12,12 @@
 //! 2. the normalizer: none, or NFC on ASCII text (which NFC leaves as it is);
 //! 3. pre-tokenizers: `WhitespaceSplit`, `Split` (a regex or string, `Isolated` or `Removed`),
 //!    `ByteLevel` (GPT-2's regex or none, the prefix space), in a `Sequence` whose `ByteLevel`
-//!    comes last; the regexes run on `fancy-regex`, the engine `tokenizers` is built with here;
+//!    comes last; GPT-2's, Llama-3's and Qwen2's regexes on ASCII text by the hand-written
+//!    scanners of [`word_pattern`](super::word_pattern), any other regex or text on
+//!    `fancy-regex`, the engine `tokenizers` is built with here;
 //! 4. the model: `WordLevel` looked up in a table of its own, `BPE` through the model itself
-//!    (its merges), each piece's ids then remembered;
+//!    (its merges), each piece's ids then remembered under the piece as the pre-tokenizers
+//!    cut it, so a remembered piece is not spelled in byte characters again;
 //! 5. the post-processor's special tokens for one sequence (`TemplateProcessing`, `Bert`,
 //!    `Roberta`, `ByteLevel`, or a `Sequence` of them).
 //!
@@ -24,6 +27,7 @@
 //! an unknown token, a model error). [`DirectEncoder::plan`] also checks itself against the
 //! full pipeline on probe texts before it is used.
 
+use super::word_pattern::WordPattern;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -57,6 +61,10 @@ pub struct DirectEncoder {
     added: AddedTokens,
     ascii_only: bool,
     steps: Vec<PreStep>,
+    /// Whether the pieces are spelled in GPT-2's byte characters before the model sees them
+    /// (the pre-tokenizers end with `ByteLevel`); done at the model step, so a remembered
+    /// piece costs no mapping.
+    byte_level: bool,
     model: ModelStep,
     prefix: Vec<u32>,
     suffix: Vec<u32>,
@@ -83,10 +91,12 @@ impl DirectEncoder {
             }
         }
         let (prefix, suffix) = post_processor_ids(json.get("post_processor"))?;
+        let steps = pre_steps(json.get("pre_tokenizer"))?;
         let encoder = Self {
             added: AddedTokens::from_json(json.get("added_tokens"))?,
             ascii_only: normalizer_needs_ascii(json.get("normalizer"))?,
-            steps: pre_steps(json.get("pre_tokenizer"))?,
+            byte_level: matches!(steps.last(), Some(PreStep::ByteLevel { .. })),
+            steps,
             model: ModelStep::from_model(json.get("model"), tokenizer.get_model())?,
             prefix,
             suffix,
@@ -145,7 +155,8 @@ impl DirectEncoder {
         for step in &self.steps {
             pieces = step.apply(pieces);
         }
-        self.model.push_ids(tokenizer.get_model(), &pieces, ids)
+        let model = tokenizer.get_model();
+        self.model.push_ids(model, &pieces, self.byte_level, ids)
     }
 }
 
@@ -252,13 +263,33 @@ fn normalizer_needs_ascii(normalizer: Option<&Value>) -> Result<bool, Unsupporte
 enum PreStep {
     WhitespaceSplit,
     Split {
-        regex: fancy_regex::Regex,
+        pattern: Pattern,
         isolated: bool,
     },
+    /// GPT-2's byte-level step, but for its byte-to-character mapping, which the model step
+    /// does (see [`DirectEncoder::byte_level`]).
     ByteLevel {
         add_prefix_space: bool,
-        regex: Option<fancy_regex::Regex>,
+        pattern: Option<Pattern>,
     },
+}
+
+/// A Split regex, with its hand-written scanner when it is a known one.
+struct Pattern {
+    regex: fancy_regex::Regex,
+    scanner: Option<WordPattern>,
+}
+
+impl Pattern {
+    fn new(source: &str) -> Result<Self, Unsupported> {
+        let regex = fancy_regex::Regex::new(source).or_else(|error| {
+            unsupported(format!("the regex {source:?} does not compile: {error}"))
+        })?;
+        Ok(Self {
+            regex,
+            scanner: WordPattern::recognize(source),
+        })
+    }
 }
 
 fn pre_steps(pre_tokenizer: Option<&Value>) -> Result<Vec<PreStep>, Unsupported> {
@@ -304,24 +335,19 @@ fn pre_step(value: &Value) -> Result<PreStep, Unsupported> {
                 _ => return unsupported(format!("the Split pattern {}", describe(value))),
             };
             Ok(PreStep::Split {
-                regex: compile(&source)?,
+                pattern: Pattern::new(&source)?,
                 isolated,
             })
         }
         Some("ByteLevel") => Ok(PreStep::ByteLevel {
             add_prefix_space: flag("add_prefix_space").unwrap_or(true),
-            regex: match flag("use_regex").unwrap_or(true) {
-                true => Some(compile(BYTE_LEVEL_REGEX)?),
+            pattern: match flag("use_regex").unwrap_or(true) {
+                true => Some(Pattern::new(BYTE_LEVEL_REGEX)?),
                 false => None,
             },
         }),
         _ => unsupported(format!("the pre-tokenizer {}", describe(value))),
     }
-}
-
-fn compile(source: &str) -> Result<fancy_regex::Regex, Unsupported> {
-    fancy_regex::Regex::new(source)
-        .or_else(|error| unsupported(format!("the regex {source:?} does not compile: {error}")))
 }
 
 impl PreStep {
@@ -330,25 +356,25 @@ impl PreStep {
         for piece in pieces {
             match self {
                 PreStep::WhitespaceSplit => each_part(piece, &mut out, whitespace_parts),
-                PreStep::Split { regex, isolated } => each_part(piece, &mut out, |text, parts| {
-                    regex_parts(regex, *isolated, text, parts)
-                }),
+                PreStep::Split { pattern, isolated } => {
+                    each_part(piece, &mut out, |text, parts| {
+                        pattern_parts(pattern, *isolated, text, parts)
+                    })
+                }
                 PreStep::ByteLevel {
                     add_prefix_space,
-                    regex,
+                    pattern,
                 } => {
                     let piece = match *add_prefix_space && !piece.starts_with(' ') {
                         true => Cow::Owned(format!(" {piece}")),
                         false => piece,
                     };
-                    let mut split = Vec::new();
-                    match regex {
-                        Some(regex) => each_part(piece, &mut split, |text, parts| {
-                            regex_parts(regex, true, text, parts)
+                    match pattern {
+                        Some(pattern) => each_part(piece, &mut out, |text, parts| {
+                            pattern_parts(pattern, true, text, parts)
                         }),
-                        None => split.push(piece),
+                        None => out.push(piece),
                     }
-                    out.extend(split.iter().map(|part| Cow::Owned(byte_chars(part))));
                 }
             }
         }
@@ -379,28 +405,33 @@ fn each_part<'a>(
     }
 }
 
-/// `text` cut by `regex` as `tokenizers` cuts it: the matches and the stretches between them
-/// (`isolated`), or only the stretches between them; empty ones dropped. A regex error (a
+/// `text` cut by `pattern` as `tokenizers` cuts it: the matches and the stretches between
+/// them (`isolated`), or only the stretches between them; empty ones dropped. A regex error (a
 /// backtracking limit) ends the matches there, as it does in `tokenizers`.
-fn regex_parts(
-    regex: &fancy_regex::Regex,
-    isolated: bool,
-    text: &str,
-    parts: &mut Vec<(usize, usize)>,
-) {
+fn pattern_parts(pattern: &Pattern, isolated: bool, text: &str, parts: &mut Vec<(usize, usize)>) {
     let mut push = |start: usize, end: usize| {
         if start < end {
             parts.push((start, end));
         }
     };
     let mut previous = 0;
-    for found in regex.find_iter(text) {
-        let Ok(found) = found else { break };
-        push(previous, found.start());
+    let mut cut_at = |start: usize, end: usize| {
+        push(previous, start);
         if isolated {
-            push(found.start(), found.end());
+            push(start, end);
         }
-        previous = found.end();
+        previous = end;
+    };
+    match pattern.scanner.and_then(|scanner| scanner.matches(text)) {
+        Some(found) => found
+            .into_iter()
+            .for_each(|(start, end)| cut_at(start, end)),
+        None => {
+            for found in pattern.regex.find_iter(text) {
+                let Ok(found) = found else { break };
+                cut_at(found.start(), found.end());
+            }
+        }
     }
     push(previous, text.len());
 }
@@ -485,12 +516,24 @@ const CACHED_PIECES: usize = 1 << 16;
 struct PieceIds(parking_lot::RwLock<std::collections::HashMap<Box<str>, Box<[u32]>>>);
 
 impl PieceIds {
-    fn push_ids(&self, model: &ModelWrapper, piece: &str, ids: &mut Vec<u32>) -> Option<()> {
+    /// `piece`'s ids, remembered under the piece as the pre-tokenizers gave it (before the
+    /// byte-level spelling, when `byte_level`).
+    fn push_ids(
+        &self,
+        model: &ModelWrapper,
+        piece: &str,
+        byte_level: bool,
+        ids: &mut Vec<u32>,
+    ) -> Option<()> {
         if let Some(known) = self.0.read().get(piece) {
             ids.extend_from_slice(known);
             return Some(());
         }
-        let tokens = model.tokenize(piece).ok()?;
+        let tokens = match byte_level {
+            true => model.tokenize(&byte_chars(piece)),
+            false => model.tokenize(piece),
+        };
+        let tokens = tokens.ok()?;
         let start = ids.len();
         ids.extend(tokens.iter().map(|token| token.id));
         if piece.len() <= CACHED_PIECE_BYTES {
@@ -533,13 +576,21 @@ impl ModelStep {
         &self,
         model: &ModelWrapper,
         pieces: &[Cow<'_, str>],
+        byte_level: bool,
         ids: &mut Vec<u32>,
     ) -> Option<()> {
         match self {
+            ModelStep::WordLevel { vocab, unknown } if byte_level => {
+                let spelled: Vec<Cow<'_, str>> = pieces
+                    .iter()
+                    .map(|piece| Cow::Owned(byte_chars(piece)))
+                    .collect();
+                vocab.extend_ids(&spelled, *unknown, ids)
+            }
             ModelStep::WordLevel { vocab, unknown } => vocab.extend_ids(pieces, *unknown, ids),
             ModelStep::Bpe(known) => {
                 for piece in pieces {
-                    known.push_ids(model, piece, ids)?;
+                    known.push_ids(model, piece, byte_level, ids)?;
                 }
                 Some(())
             }
@@ -602,8 +653,9 @@ impl WordIds {
         if slot.tag != tag || slot.len as usize != word.len() {
             return false;
         }
-        if let Some(padded) = padded(word) {
-            return slot.bytes == padded;
+        if word.len() <= INLINE_WORD {
+            // The lengths are equal, so the slot's padding is not compared.
+            return slot.bytes[..word.len()] == *word;
         }
         let mut offset = [0u8; 8];
         offset.copy_from_slice(&slot.bytes[..8]);

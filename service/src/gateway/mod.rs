@@ -21,6 +21,7 @@ pub mod openai_error;
 pub mod openai_request;
 pub mod relayed_body;
 pub mod static_worker;
+pub mod word_pattern;
 pub mod worker_connections;
 pub mod worker_health;
 pub mod worker_try;
