@@ -137,6 +137,8 @@ pub struct PrefixHits {
     pub per_engine_requests: Vec<u64>,
     /// The hit rate of perfect prefix affinity without eviction (first use of a prefix misses).
     pub ideal_hit_rate: f64,
+    /// The prompt blocks that perfect affinity would find cached.
+    pub ideal_hit_blocks: u64,
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -302,6 +304,7 @@ async fn prefix_scenario(
         } else {
             ideal_hits as f64 / total_blocks as f64
         },
+        ideal_hit_blocks: ideal_hits,
     }
 }
 
@@ -766,9 +769,11 @@ async fn run_one(
 
     let hits = prefix_scenario(args, client, &target, engines).await;
     eprintln!(
-        "  prefix-hit: {:.1}% of {} prompt blocks (ideal {:.1}%), engines got {:?}, {} errors, {:.1}s",
-        hits.hit_rate * 100.0,
+        "  prefix-hit: {} of {} prompt blocks, {:.2}% (ideal {}, {:.2}%), engines got {:?}, {} errors, {:.1}s",
+        hits.hit_blocks,
         hits.prompt_blocks,
+        hits.hit_rate * 100.0,
+        hits.ideal_hit_blocks,
         hits.ideal_hit_rate * 100.0,
         hits.per_engine_requests,
         hits.errors,
@@ -908,7 +913,11 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
             "prefix-hit rate ({} req, {} prefixes) %",
             args.prefix_requests, args.prefixes
         ),
-        cell(&|r| r.prefix.as_ref().map(|p| fmt(p.hit_rate * 100.0, 1))),
+        cell(&|r| r.prefix.as_ref().map(|p| fmt(p.hit_rate * 100.0, 2))),
+    ));
+    rows.push((
+        "  prefix-hit blocks".into(),
+        cell(&|r| r.prefix.as_ref().map(|p| p.hit_blocks.to_string())),
     ));
     rows.push((
         "  requests per engine".into(),
@@ -924,8 +933,8 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
     ));
     let ideal = results
         .iter()
-        .find_map(|r| r.prefix.as_ref().map(|p| p.ideal_hit_rate))
-        .unwrap_or(f64::NAN);
+        .find_map(|r| r.prefix.as_ref())
+        .map_or((f64::NAN, 0), |p| (p.ideal_hit_rate, p.ideal_hit_blocks));
     let width0 = rows
         .iter()
         .map(|(label, _)| label.chars().count())
@@ -958,8 +967,9 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "ideal prefix-hit rate (perfect affinity, no eviction): {}%\n",
-        fmt(ideal * 100.0, 1)
+        "ideal prefix-hit rate (perfect affinity, no eviction): {}%, {} blocks\n",
+        fmt(ideal.0 * 100.0, 2),
+        ideal.1
     ));
     for r in results {
         if let Some(error) = &r.error {
