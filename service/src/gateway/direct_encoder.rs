@@ -83,7 +83,7 @@ impl std::fmt::Debug for DirectEncoder {
 
 impl DirectEncoder {
     /// The direct encoder of `tokenizer` (whose serialized form is `json`), checked against
-    /// `tokenizer.encode_fast` on [`PROBES`] with and without special tokens.
+    /// `tokenizer.encode_fast` on a few probe texts, with and without special tokens.
     pub fn plan(json: &Value, tokenizer: &Tokenizer) -> Result<Self, Unsupported> {
         for option in ["truncation", "padding"] {
             if !json.get(option).is_none_or(Value::is_null) {
