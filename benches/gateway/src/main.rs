@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every scenario against every gateway and print the table.
-    Run(bench::RunArgs),
+    Run(Box<bench::RunArgs>),
     /// Start fake engines on 127.0.0.1 and serve until killed.
     Engines {
         #[arg(long, default_value_t = 4)]
@@ -56,7 +56,7 @@ fn main() {
         match cli.command {
             Command::Run(args) => {
                 tokio::select! {
-                    outcome = bench::run(args) => outcome,
+                    outcome = bench::run(*args) => outcome,
                     _ = tokio::signal::ctrl_c() => Err("interrupted".to_owned()),
                 }
             }
