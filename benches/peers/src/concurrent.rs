@@ -42,6 +42,9 @@ pub struct ConcurrentReport {
     /// Ours only: the bare find from tokens (`KvIndex` on the same events), one after each
     /// idle booking, so that both are measured at the same moments.
     pub idle_find_tokens: Option<Latency>,
+    /// Ours only: the booking's floor ([`Ours::booking_floor`]: every block hashed, one pass
+    /// recording engine ids), taken in the same turns.
+    pub idle_floor: Option<Latency>,
     pub loaded: Latency,
     pub events_per_sec: f64,
     pub bookings_per_sec: f64,
@@ -199,11 +202,13 @@ pub fn ours(
     };
     progress.set_message("ours: booking, idle, in turns with bare finds");
     let mut bare = Ours::new(workload.workers, workload.block_size);
+    let mut floor = Ours::new(workload.workers, workload.block_size);
     for event in &workload.events {
-        let event = bare.convert(event);
-        bare.apply(event);
+        bare.apply(bare.convert(event));
+        floor.apply(floor.convert(event));
     }
     let mut finds = Vec::new();
+    let mut floors = Vec::new();
     let stop = AtomicBool::new(false);
     let idle = Latency::of(booking_loop(
         |n| {
@@ -212,13 +217,18 @@ pub fn ours(
             let start = Instant::now();
             bare.find_tokens(tokens);
             finds.push(start.elapsed());
+            // On an index of its own: on `bare` it would read the entries the find just read.
+            let start = Instant::now();
+            floor.booking_floor(tokens);
+            floors.push(start.elapsed());
             booked
         },
         &stop,
         duration / 2,
     ));
-    drop(bare);
+    drop((bare, floor));
     let idle_find_tokens = Some(Latency::of(finds));
+    let idle_floor = Some(Latency::of(floors));
     progress.set_message("ours: booking under ingest");
     let mut churn = Churn::new(chains, workload);
     let (loaded, events, stored, elapsed) = std::thread::scope(|scope| {
@@ -246,6 +256,7 @@ pub fn ours(
     });
     ConcurrentReport {
         idle_find_tokens,
+        idle_floor,
         ..summarize("ours Router", idle, loaded, events, stored, elapsed)
     }
 }
@@ -344,6 +355,7 @@ fn summarize(
         side,
         idle,
         idle_find_tokens: None,
+        idle_floor: None,
         loaded: Latency::of(loaded),
         events_per_sec: events as f64 / elapsed,
         bookings_per_sec: bookings as f64 / elapsed,

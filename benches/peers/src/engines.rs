@@ -8,7 +8,8 @@
 use crate::workload::{BlockIds, Change, Event, Query, Workload};
 use ours::kv::{
     EngineBlockHash as OurEngineHash, IndexOptions, KvCacheEventData as OurEventData, KvIndex,
-    LocalBlockHash as OurLocalHash, RouterEvent as OurEvent, SequenceHash, sequence_hashes_iter,
+    LocalBlockHash as OurLocalHash, RecordedEngines, RouterEvent as OurEvent, SequenceHash,
+    sequence_hashes_iter,
 };
 use ours::router::WorkerId;
 use rustc_hash::FxHashMap;
@@ -59,6 +60,7 @@ pub struct Ours {
     ids: BlockIds,
     lengths: Vec<usize>,
     hashes: Vec<SequenceHash>,
+    engines: RecordedEngines,
 }
 
 impl Ours {
@@ -87,8 +89,24 @@ impl Ours {
             workers,
             block_size,
             hashes: Vec::new(),
+            engines: RecordedEngines::default(),
             ids: BlockIds::Sequence,
         }
+    }
+
+    /// What every booking does before its policies run, and no more: hash *every* block of
+    /// `tokens` (the policies' `RequestView::sequence_hashes` holds one hash per full block,
+    /// and the booking's active chain needs them all) into a reused buffer, then one pass that
+    /// records the engine ids `kv_fetch` names. The floor of `Router::book`.
+    pub fn booking_floor(&mut self, tokens: &[u32]) {
+        self.hashes.clear();
+        sequence_hashes_iter(tokens, self.block_size).append_to(&mut self.hashes);
+        self.index.prefix_lengths_and_engines(
+            &self.hashes,
+            &self.workers,
+            &mut self.lengths,
+            &mut self.engines,
+        );
     }
 
     /// This index fed events whose blocks are named as `ids` says.

@@ -307,6 +307,15 @@ fn one_run(
                 ours.idle.p50.as_secs_f64() / finds.p50.as_secs_f64()
             );
         }
+        if let (Some(floor), Some(finds)) = (ours.idle_floor, ours.idle_find_tokens) {
+            println!(
+                "The booking's floor (every block hashed, one pass recording engine ids; no policy, no ledger) idle p50 / ours find-from-tokens p50, in the same turns = {:.2} / {:.2} µs = **{:.2}×**; `Router::book` / floor = **{:.2}×**\n",
+                floor.p50.as_secs_f64() * 1e6,
+                finds.p50.as_secs_f64() * 1e6,
+                floor.p50.as_secs_f64() / finds.p50.as_secs_f64(),
+                ours.idle.p50.as_secs_f64() / floor.p50.as_secs_f64()
+            );
+        }
         println!("(load average after: {})\n", load_average());
         figures.concurrent(&ours, &upstream);
     }

@@ -8,6 +8,10 @@ use std::collections::BTreeMap;
 
 /// How a target reads its ratios.
 #[derive(Clone, Copy)]
+#[expect(
+    clippy::enum_variant_names,
+    reason = "every target reads the median; each name says how"
+)]
 enum Holds {
     /// The median is at least the bound.
     MedianAtLeast(f64),
@@ -93,6 +97,12 @@ const TARGETS: &[Target] = &[
         key: "Mooncake: bytes per membership, own ids / best upstream",
         holds: Holds::MedianAtMost(0.4),
     },
+];
+
+/// Ratios the verdict reports with no bound: where a target's time goes.
+const DIAGNOSTICS: &[&str] = &[
+    "booking floor p50 / find from tokens p50, in turns",
+    "Router::book p50 / booking floor p50, in turns",
 ];
 
 /// One full run's ratios, by target key, and its depth mismatches.
@@ -183,6 +193,16 @@ impl RunFigures {
                 ours.idle.p50.as_secs_f64() / finds.p50.as_secs_f64(),
             );
         }
+        if let (Some(floor), Some(finds)) = (ours.idle_floor, ours.idle_find_tokens) {
+            self.ratios.insert(
+                DIAGNOSTICS[0],
+                floor.p50.as_secs_f64() / finds.p50.as_secs_f64(),
+            );
+            self.ratios.insert(
+                DIAGNOSTICS[1],
+                ours.idle.p50.as_secs_f64() / floor.p50.as_secs_f64(),
+            );
+        }
     }
 
     fn set(&mut self, workload: &'static str, what: &'static str, ratio: f64) {
@@ -244,10 +264,40 @@ pub fn verdict(runs: &[RunFigures]) -> (String, bool) {
             if holds { "**yes**" } else { "no" }
         ));
     }
+    out.push_str(&diagnostics(runs));
     let mismatches: usize = runs.iter().map(|run| run.mismatches).sum();
     all &= mismatches == 0;
     out.push_str(&format!(
         "\nDepth mismatches against the oracle over all runs: {mismatches}.\n"
     ));
     (out, all)
+}
+
+/// The [`DIAGNOSTICS`] over `runs`, median and range, as rows of a table of their own (empty
+/// when none was measured).
+fn diagnostics(runs: &[RunFigures]) -> String {
+    let mut rows = String::new();
+    for key in DIAGNOSTICS {
+        let mut values: Vec<f64> = runs
+            .iter()
+            .filter_map(|run| run.ratios.get(key).copied())
+            .filter(|value| value.is_finite())
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        values.sort_by(f64::total_cmp);
+        rows.push_str(&format!(
+            "| {key} | {:.2}× | {:.2}–{:.2}× |\n",
+            values[values.len() / 2],
+            values[0],
+            values[values.len() - 1]
+        ));
+    }
+    if rows.is_empty() {
+        return rows;
+    }
+    format!(
+        "\nWhere the booking's time goes (no target):\n\n| ratio | median | range |\n|---|---|---|\n{rows}"
+    )
 }
