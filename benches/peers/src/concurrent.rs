@@ -3,7 +3,9 @@
 //! warm synthetic index. Ours: `Router::apply_event` and `Router::book` (kvcr + kv_fetch).
 //! Upstream: a producer feeding `ThreadPoolIndexer<ConcurrentRadixTreeCompressed>` (one event
 //! thread; the producer waits for each batch of 64 to be applied, so two threads are busy)
-//! and `find_matches_for_request` (hashing plus the find) as the booking.
+//! and `find_matches_for_request` (hashing plus the find) as the booking. Ours' idle bookings
+//! take turns with a bare find from tokens and with the booking's floor (`Ours::booking_floor`),
+//! each on an index of its own fed the same events.
 
 use crate::engines::{
     Engine, Ours, UpstreamCrtc, current_thread_runtime, our_event, upstream_event,

@@ -226,16 +226,11 @@ pub fn verdict(runs: &[RunFigures]) -> (String, bool) {
     );
     let mut all = true;
     for target in TARGETS {
-        let mut values: Vec<f64> = runs
-            .iter()
-            .filter_map(|run| run.ratios.get(target.key).copied())
-            .filter(|value| value.is_finite())
-            .collect();
+        let values = sorted_ratios(runs, target.key);
         if values.is_empty() {
             out.push_str(&format!("| {} | | not measured | | | |\n", target.key));
             continue;
         }
-        values.sort_by(f64::total_cmp);
         let median = values[values.len() / 2];
         let (bound, within, holds) = match target.holds {
             Holds::MedianAtLeast(bound) => (
@@ -273,20 +268,26 @@ pub fn verdict(runs: &[RunFigures]) -> (String, bool) {
     (out, all)
 }
 
+/// The finite values of the ratio `key` over `runs`, in ascending order.
+fn sorted_ratios(runs: &[RunFigures], key: &str) -> Vec<f64> {
+    let mut values: Vec<f64> = runs
+        .iter()
+        .filter_map(|run| run.ratios.get(key).copied())
+        .filter(|value| value.is_finite())
+        .collect();
+    values.sort_by(f64::total_cmp);
+    values
+}
+
 /// The [`DIAGNOSTICS`] over `runs`, median and range, as rows of a table of their own (empty
 /// when none was measured).
 fn diagnostics(runs: &[RunFigures]) -> String {
     let mut rows = String::new();
     for key in DIAGNOSTICS {
-        let mut values: Vec<f64> = runs
-            .iter()
-            .filter_map(|run| run.ratios.get(key).copied())
-            .filter(|value| value.is_finite())
-            .collect();
+        let values = sorted_ratios(runs, key);
         if values.is_empty() {
             continue;
         }
-        values.sort_by(f64::total_cmp);
         rows.push_str(&format!(
             "| {key} | {:.2}× | {:.2}–{:.2}× |\n",
             values[values.len() / 2],
