@@ -63,6 +63,11 @@ fn word_level(unknown: bool) -> Value {
         "東京",
         "supercalifragilistic",
         "supercalifragilisticexpialidocious",
+        "abcdefgh",
+        "abcdefghijklmno",
+        "abcdefghijklmnop",
+        "abcdefghijklmnopq",
+        "ab\u{1}cd",
     ]
     .iter()
     .enumerate()
@@ -177,6 +182,17 @@ const PIECES: &[&str] = &[
     "東京",
     "😀",
     "[UNK]",
+    "abcdefgh",
+    "abcdefghijklmno",
+    "abcdefghijklmnop",
+    "abcdefghijklmnopq",
+    "ab\u{1}cd",
+    "\u{b}",
+    "\u{c}",
+    "\u{1f}",
+    "\u{85}",
+    "\u{2028}",
+    "\u{200b}",
 ];
 
 /// Text made of the pieces pre-tokenizers and added tokens care about.

@@ -15,9 +15,12 @@
 //!    comes last; GPT-2's, Llama-3's and Qwen2's regexes on ASCII text by the hand-written
 //!    scanners of [`word_pattern`](super::word_pattern), any other regex or text on
 //!    `fancy-regex`, the engine `tokenizers` is built with here;
-//! 4. the model: `WordLevel` looked up in a table of its own, `BPE` through the model itself
-//!    (its merges), each piece's ids then remembered under the piece as the pre-tokenizers
-//!    cut it, so a remembered piece is not spelled in byte characters again;
+//! 4. the model: `WordLevel` looked up in a table of its own ([`word_ids`](super::word_ids);
+//!    after `WhitespaceSplit` alone, cutting and looking up are one pass over the text, with
+//!    no list of pieces in between), `BPE` through the model itself (its merges), each piece's
+//!    ids then remembered under the piece as the pre-tokenizers cut it, so a remembered piece
+//!    is not spelled in byte characters again (the remembered pieces are read under one lock
+//!    per text);
 //! 5. the post-processor's special tokens for one sequence (`TemplateProcessing`, `Bert`,
 //!    `Roberta`, `ByteLevel`, or a `Sequence` of them).
 //!
@@ -27,6 +30,8 @@
 //! an unknown token, a model error). [`DirectEncoder::plan`] also checks itself against the
 //! full pipeline on probe texts before it is used.
 
+use super::whitespace_words::for_each_word;
+use super::word_ids::WordIds;
 use super::word_pattern::WordPattern;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use serde_json::Value;
@@ -50,7 +55,7 @@ const PROBES: &[&str] = &[
 /// Why a tokenizer gets no direct encoder (logged once at load).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Unsupported(String);
+pub struct Unsupported(pub(super) String);
 
 fn unsupported<T>(what: impl Into<String>) -> Result<T, Unsupported> {
     Err(Unsupported(what.into()))
@@ -151,6 +156,12 @@ impl DirectEncoder {
     }
 
     fn encode_piece(&self, tokenizer: &Tokenizer, text: &str, ids: &mut Vec<u32>) -> Option<()> {
+        if let (ModelStep::WordLevel { vocab, unknown }, [PreStep::WhitespaceSplit], false) =
+            (&self.model, self.steps.as_slice(), self.byte_level)
+        {
+            // The word-level pipeline in one pass: no pieces are collected in between.
+            return vocab.extend_whitespace_words(text, *unknown, ids);
+        }
         let mut pieces = vec![Cow::Borrowed(text)];
         for step in &self.steps {
             pieces = step.apply(pieces);
@@ -436,36 +447,9 @@ fn pattern_parts(pattern: &Pattern, isolated: bool, text: &str, parts: &mut Vec<
     push(previous, text.len());
 }
 
-/// The byte ranges of `text` between runs of whitespace (`char::is_whitespace`), ASCII bytes
-/// judged one at a time and only other characters decoded.
+/// The byte ranges of `text` between runs of whitespace (`char::is_whitespace`).
 fn whitespace_parts(text: &str, parts: &mut Vec<(usize, usize)>) {
-    let bytes = text.as_bytes();
-    let mut start = None;
-    let mut at = 0;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        let (space, width) = if byte.is_ascii() {
-            (
-                matches!(byte, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r'),
-                1,
-            )
-        } else {
-            let character = text[at..].chars().next().expect("at a character boundary");
-            (character.is_whitespace(), character.len_utf8())
-        };
-        match (space, start) {
-            (true, Some(from)) => {
-                parts.push((from, at));
-                start = None;
-            }
-            (false, None) => start = Some(at),
-            _ => {}
-        }
-        at += width;
-    }
-    if let Some(from) = start {
-        parts.push((from, text.len()));
-    }
+    for_each_word(text, |start, end| parts.push((start, end)));
 }
 
 /// GPT-2's byte-to-character table: printable bytes stand for themselves, the others for
@@ -513,36 +497,95 @@ const CACHED_PIECES: usize = 1 << 16;
 
 /// The ids the BPE model gave each piece, bounded: once full, new pieces are not kept.
 #[derive(Default)]
-struct PieceIds(parking_lot::RwLock<std::collections::HashMap<Box<str>, Box<[u32]>>>);
+struct PieceIds(parking_lot::RwLock<PieceMap>);
+
+type PieceMap = std::collections::HashMap<Box<str>, Box<[u32]>, PieceHashing>;
 
 impl PieceIds {
-    /// `piece`'s ids, remembered under the piece as the pre-tokenizers gave it (before the
-    /// byte-level spelling, when `byte_level`).
+    /// The ids of `pieces` appended to `ids`: remembered ones read under one read lock for the
+    /// whole text (a lock per piece cost more than the lookups), new ones tokenized by
+    /// `model` with the lock released and then remembered under the piece as the
+    /// pre-tokenizers gave it (before the byte-level spelling, when `byte_level`).
     fn push_ids(
+        &self,
+        model: &ModelWrapper,
+        pieces: &[Cow<'_, str>],
+        byte_level: bool,
+        ids: &mut Vec<u32>,
+    ) -> Option<()> {
+        let mut known = self.0.read();
+        for piece in pieces {
+            if let Some(remembered) = known.get(piece.as_ref()) {
+                ids.extend_from_slice(remembered);
+                continue;
+            }
+            let start = ids.len();
+            parking_lot::RwLockReadGuard::unlocked(&mut known, || {
+                self.tokenize(model, piece, byte_level, ids)
+            })?;
+            if piece.len() <= CACHED_PIECE_BYTES {
+                parking_lot::RwLockReadGuard::unlocked(&mut known, || {
+                    let mut remembered = self.0.write();
+                    if remembered.len() < CACHED_PIECES {
+                        remembered.insert(Box::from(piece.as_ref()), Box::from(&ids[start..]));
+                    }
+                });
+            }
+        }
+        Some(())
+    }
+
+    fn tokenize(
         &self,
         model: &ModelWrapper,
         piece: &str,
         byte_level: bool,
         ids: &mut Vec<u32>,
     ) -> Option<()> {
-        if let Some(known) = self.0.read().get(piece) {
-            ids.extend_from_slice(known);
-            return Some(());
-        }
         let tokens = match byte_level {
             true => model.tokenize(&byte_chars(piece)),
             false => model.tokenize(piece),
         };
-        let tokens = tokens.ok()?;
-        let start = ids.len();
-        ids.extend(tokens.iter().map(|token| token.id));
-        if piece.len() <= CACHED_PIECE_BYTES {
-            let mut known = self.0.write();
-            if known.len() < CACHED_PIECES {
-                known.insert(Box::from(piece), Box::from(&ids[start..]));
-            }
-        }
+        ids.extend(tokens.ok()?.iter().map(|token| token.id));
         Some(())
+    }
+}
+
+/// The piece map's hashing: XXH3 of the piece in one call, under a per-process seed (the
+/// standard library's SipHash cost as much as the rest of a lookup).
+#[derive(Clone)]
+struct PieceHashing(u64);
+
+impl Default for PieceHashing {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        Self(std::collections::hash_map::RandomState::new().hash_one(0u8))
+    }
+}
+
+impl std::hash::BuildHasher for PieceHashing {
+    type Hasher = PieceHasher;
+
+    fn build_hasher(&self) -> PieceHasher {
+        PieceHasher(self.0)
+    }
+}
+
+/// Hashes what it is given with XXH3, each write chained on the last.
+struct PieceHasher(u64);
+
+impl std::hash::Hasher for PieceHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = xxh3_64_with_seed(bytes, self.0);
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        // `str` ends its hash with one 0xFF byte; fold it in without another XXH3 call.
+        self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -588,169 +631,9 @@ impl ModelStep {
                 vocab.extend_ids(&spelled, *unknown, ids)
             }
             ModelStep::WordLevel { vocab, unknown } => vocab.extend_ids(pieces, *unknown, ids),
-            ModelStep::Bpe(known) => {
-                for piece in pieces {
-                    known.push_ids(model, piece, byte_level, ids)?;
-                }
-                Some(())
-            }
+            ModelStep::Bpe(known) => known.push_ids(model, pieces, byte_level, ids),
         }
     }
-}
-
-/// A word-level vocabulary: an open-addressing table of 32-byte slots (two per cache line)
-/// keyed by the word's XXH3 under a per-process seed; words up to 16 bytes live in their slot,
-/// longer ones in one shared buffer. Lookups come in batches whose slots are prefetched
-/// first, so a prompt's cache misses overlap instead of queueing one after another.
-struct WordIds {
-    seed: u64,
-    mask: usize,
-    slots: Vec<WordSlot>,
-    long_words: Vec<u8>,
-}
-
-/// Words up to this many bytes live in their slot.
-const INLINE_WORD: usize = 16;
-
-/// Lookups whose slots are prefetched together.
-const LOOKUP_BATCH: usize = 16;
-
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-struct WordSlot {
-    /// The word's hash with the top bit set (0 marks an empty slot).
-    tag: u64,
-    id: u32,
-    len: u32,
-    /// The word itself when it fits, else its offset in `long_words` (first 8 bytes).
-    bytes: [u8; INLINE_WORD],
-}
-
-const EMPTY: WordSlot = WordSlot {
-    tag: 0,
-    id: 0,
-    len: 0,
-    bytes: [0; INLINE_WORD],
-};
-
-impl WordIds {
-    fn with_capacity(words: usize) -> Self {
-        use std::hash::{BuildHasher, RandomState};
-        let slots = (words * 2).next_power_of_two().max(16);
-        Self {
-            seed: RandomState::new().hash_one(0u8),
-            mask: slots - 1,
-            slots: vec![EMPTY; slots],
-            long_words: Vec::new(),
-        }
-    }
-
-    fn tag(&self, word: &[u8]) -> u64 {
-        xxh3_64_with_seed(word, self.seed) | (1 << 63)
-    }
-
-    fn holds(&self, slot: &WordSlot, tag: u64, word: &[u8]) -> bool {
-        if slot.tag != tag || slot.len as usize != word.len() {
-            return false;
-        }
-        if word.len() <= INLINE_WORD {
-            // The lengths are equal, so the slot's padding is not compared.
-            return slot.bytes[..word.len()] == *word;
-        }
-        let mut offset = [0u8; 8];
-        offset.copy_from_slice(&slot.bytes[..8]);
-        let start = u64::from_le_bytes(offset) as usize;
-        self.long_words[start..start + word.len()] == *word
-    }
-
-    /// The slot holding `word`, or the empty one where it would go (the table is never full:
-    /// it has at least twice as many slots as words).
-    fn position(&self, tag: u64, word: &[u8]) -> usize {
-        let mut at = tag as usize & self.mask;
-        loop {
-            let slot = &self.slots[at];
-            if slot.tag == 0 || self.holds(slot, tag, word) {
-                return at;
-            }
-            at = (at + 1) & self.mask;
-        }
-    }
-
-    /// Adds `word` (a later id for the same word replaces the earlier, as in a JSON object).
-    fn insert(&mut self, word: &str, id: u32) -> Result<(), Unsupported> {
-        let bytes = word.as_bytes();
-        let len = u32::try_from(bytes.len()).or_else(|_| unsupported("a word above 4 GiB"))?;
-        let tag = self.tag(bytes);
-        let at = self.position(tag, bytes);
-        if self.slots[at].tag != 0 {
-            self.slots[at].id = id;
-            return Ok(());
-        }
-        let mut inline = [0u8; INLINE_WORD];
-        if let Some(padded) = padded(bytes) {
-            inline = padded;
-        } else {
-            inline[..8].copy_from_slice(&(self.long_words.len() as u64).to_le_bytes());
-            self.long_words.extend_from_slice(bytes);
-        }
-        self.slots[at] = WordSlot {
-            tag,
-            id,
-            len,
-            bytes: inline,
-        };
-        Ok(())
-    }
-
-    fn get(&self, word: &str) -> Option<u32> {
-        let bytes = word.as_bytes();
-        let slot = &self.slots[self.position(self.tag(bytes), bytes)];
-        (slot.tag != 0).then_some(slot.id)
-    }
-
-    /// The ids of `words` (`unknown` for a word not in the vocabulary) appended to `ids`;
-    /// `None` when a word is unknown and there is no unknown token.
-    fn extend_ids(
-        &self,
-        words: &[Cow<'_, str>],
-        unknown: Option<u32>,
-        ids: &mut Vec<u32>,
-    ) -> Option<()> {
-        let mut tags = [0u64; LOOKUP_BATCH];
-        for batch in words.chunks(LOOKUP_BATCH) {
-            for (tag, word) in tags.iter_mut().zip(batch) {
-                *tag = self.tag(word.as_bytes());
-                prefetch(&self.slots[*tag as usize & self.mask]);
-            }
-            for (tag, word) in tags.iter().zip(batch) {
-                let slot = &self.slots[self.position(*tag, word.as_bytes())];
-                ids.push(if slot.tag != 0 { slot.id } else { unknown? });
-            }
-        }
-        Some(())
-    }
-}
-
-/// `word` zero-padded to a slot's bytes, when it fits in one.
-#[inline(always)]
-fn padded(word: &[u8]) -> Option<[u8; INLINE_WORD]> {
-    let mut padded = [0u8; INLINE_WORD];
-    padded.get_mut(..word.len())?.copy_from_slice(word);
-    Some(padded)
-}
-
-/// Asks the CPU to bring `slot`'s cache line in (a hint; nothing on other targets).
-#[inline(always)]
-fn prefetch(slot: &WordSlot) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of every x86_64 target, and a prefetch only hints the cache: it
-        // neither reads nor writes memory as the program sees it.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((slot as *const WordSlot).cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
 }
 
 /// The ids the post-processor puts before and after one sequence when special tokens are

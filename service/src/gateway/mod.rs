@@ -21,6 +21,8 @@ pub mod openai_error;
 pub mod openai_request;
 pub mod relayed_body;
 pub mod static_worker;
+pub mod whitespace_words;
+pub mod word_ids;
 pub mod word_pattern;
 pub mod worker_connections;
 pub mod worker_health;

@@ -1,0 +1,357 @@
+//! A word-level vocabulary as a lookup table built for prompts: word in, id out.
+//!
+//! Enters: at load, a `WordLevel` model's `(word, id)` pairs; per request, the words of a text
+//! (already cut, or cut here by [`whitespace_words`](super::whitespace_words)). Leaves: their
+//! ids, or the unknown token's for a word not in the vocabulary.
+//!
+//! The table is open-addressing with 32-byte slots (two per cache line). A word of up to 16
+//! bytes lives in its slot as one zero-padded 128-bit key, so a lookup reads it with two
+//! overlapping loads, hashes the key with two multiplications and compares it in one
+//! instruction; a longer word is hashed with XXH3 and kept in a shared buffer. A word's slot
+//! is prefetched when the word is cut and read sixteen words later, so a prompt's cache misses
+//! overlap instead of queueing one after another.
+
+use super::direct_encoder::Unsupported;
+use super::whitespace_words::for_each_word;
+use std::borrow::Cow;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Words up to this many bytes live in their slot.
+const INLINE_WORD: usize = 16;
+
+/// How many words after its prefetch a word's slot is read.
+const LOOKUP_DISTANCE: usize = 16;
+
+/// A word-level vocabulary (see the module documentation).
+pub struct WordIds {
+    seed: u64,
+    mask: usize,
+    slots: Vec<WordSlot>,
+    long_words: Vec<u8>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct WordSlot {
+    /// The word's hash with the top bit set (0 marks an empty slot).
+    tag: u64,
+    id: u32,
+    len: u32,
+    /// The word zero-padded, little-endian, when it fits; else its offset in `long_words`.
+    key: u128,
+}
+
+const EMPTY: WordSlot = WordSlot {
+    tag: 0,
+    id: 0,
+    len: 0,
+    key: 0,
+};
+
+/// A word as the table compares it: its length, its key (inline words) and its tag.
+#[derive(Clone, Copy)]
+struct Probe {
+    tag: u64,
+    key: u128,
+}
+
+impl WordIds {
+    /// An empty table with room for `words` words.
+    pub fn with_capacity(words: usize) -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        let slots = (words * 2).next_power_of_two().max(16);
+        Self {
+            seed: RandomState::new().hash_one(0u8),
+            mask: slots - 1,
+            slots: vec![EMPTY; slots],
+            long_words: Vec::new(),
+        }
+    }
+
+    #[inline(always)]
+    fn probe(&self, word: &[u8]) -> Probe {
+        match inline_key(word) {
+            Some(key) => Probe {
+                tag: short_hash(key, word.len(), self.seed) | (1 << 63),
+                key,
+            },
+            None => Probe {
+                tag: xxh3_64_with_seed(word, self.seed) | (1 << 63),
+                key: 0,
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn holds(&self, slot: &WordSlot, probe: Probe, word: &[u8]) -> bool {
+        if slot.tag != probe.tag || slot.len as usize != word.len() {
+            return false;
+        }
+        if word.len() <= INLINE_WORD {
+            return slot.key == probe.key;
+        }
+        let start = slot.key as usize;
+        self.long_words[start..start + word.len()] == *word
+    }
+
+    /// The slot holding `word`, or the empty one where it would go (the table is never full:
+    /// it has at least twice as many slots as words).
+    #[inline(always)]
+    fn position(&self, probe: Probe, word: &[u8]) -> usize {
+        let mut at = probe.tag as usize & self.mask;
+        loop {
+            let slot = &self.slots[at];
+            if slot.tag == 0 || self.holds(slot, probe, word) {
+                return at;
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// Adds `word` (a later id for the same word replaces the earlier, as in a JSON object).
+    pub fn insert(&mut self, word: &str, id: u32) -> Result<(), Unsupported> {
+        let bytes = word.as_bytes();
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| Unsupported(format!("a word of {} bytes", bytes.len())))?;
+        let probe = self.probe(bytes);
+        let at = self.position(probe, bytes);
+        if self.slots[at].tag != 0 {
+            self.slots[at].id = id;
+            return Ok(());
+        }
+        let key = match bytes.len() <= INLINE_WORD {
+            true => probe.key,
+            false => {
+                let offset = self.long_words.len() as u128;
+                self.long_words.extend_from_slice(bytes);
+                offset
+            }
+        };
+        self.slots[at] = WordSlot {
+            tag: probe.tag,
+            id,
+            len,
+            key,
+        };
+        Ok(())
+    }
+
+    /// The id of `word`, if it is in the vocabulary.
+    pub fn get(&self, word: &str) -> Option<u32> {
+        let bytes = word.as_bytes();
+        let slot = &self.slots[self.position(self.probe(bytes), bytes)];
+        (slot.tag != 0).then_some(slot.id)
+    }
+
+    /// The ids of `words` (`unknown` for a word not in the vocabulary) appended to `ids`;
+    /// `None` when a word is unknown and there is no unknown token.
+    pub fn extend_ids(
+        &self,
+        words: &[Cow<'_, str>],
+        unknown: Option<u32>,
+        ids: &mut Vec<u32>,
+    ) -> Option<()> {
+        let mut batch = Batch::new(self, unknown);
+        for word in words {
+            batch.push(word.as_bytes(), ids)?;
+        }
+        batch.finish(ids)
+    }
+
+    /// The ids of `text`'s whitespace-separated words (`tokenizers`' `WhitespaceSplit`
+    /// followed by this model) appended to `ids`; `None` as [`extend_ids`](Self::extend_ids).
+    pub fn extend_whitespace_words(
+        &self,
+        text: &str,
+        unknown: Option<u32>,
+        ids: &mut Vec<u32>,
+    ) -> Option<()> {
+        let mut batch = Batch::new(self, unknown);
+        let mut known = true;
+        let bytes = text.as_bytes();
+        for_each_word(text, |start, end| {
+            if known {
+                known = batch.push(&bytes[start..end], ids).is_some();
+            }
+        });
+        known.then_some(())?;
+        batch.finish(ids)
+    }
+}
+
+/// The last [`LOOKUP_DISTANCE`] words, whose slots were prefetched when they were pushed: a
+/// word is looked up when the one that many words after it is pushed, so every lookup comes
+/// the same distance after its prefetch.
+struct Batch<'t, 'w> {
+    table: &'t WordIds,
+    unknown: Option<u32>,
+    words: [&'w [u8]; LOOKUP_DISTANCE],
+    probes: [Probe; LOOKUP_DISTANCE],
+    /// Words pushed so far.
+    pushed: usize,
+}
+
+impl<'t, 'w> Batch<'t, 'w> {
+    fn new(table: &'t WordIds, unknown: Option<u32>) -> Self {
+        Self {
+            table,
+            unknown,
+            words: [&[]; LOOKUP_DISTANCE],
+            probes: [Probe { tag: 0, key: 0 }; LOOKUP_DISTANCE],
+            pushed: 0,
+        }
+    }
+
+    /// Hashes `word` and prefetches its slot; looks up the word pushed [`LOOKUP_DISTANCE`]
+    /// before it.
+    #[inline(always)]
+    fn push(&mut self, word: &'w [u8], ids: &mut Vec<u32>) -> Option<()> {
+        let probe = self.table.probe(word);
+        prefetch(&self.table.slots[probe.tag as usize & self.table.mask]);
+        let at = self.pushed % LOOKUP_DISTANCE;
+        if self.pushed >= LOOKUP_DISTANCE {
+            ids.push(self.lookup(at)?);
+        }
+        self.words[at] = word;
+        self.probes[at] = probe;
+        self.pushed += 1;
+        Some(())
+    }
+
+    #[inline(always)]
+    fn lookup(&self, at: usize) -> Option<u32> {
+        let table = self.table;
+        let word = self.words[at];
+        let slot = &table.slots[table.position(self.probes[at], word)];
+        if slot.tag != 0 {
+            Some(slot.id)
+        } else {
+            self.unknown
+        }
+    }
+
+    /// Looks up the words still waiting, in order.
+    fn finish(&mut self, ids: &mut Vec<u32>) -> Option<()> {
+        let waiting = self.pushed.min(LOOKUP_DISTANCE);
+        for pushed in self.pushed - waiting..self.pushed {
+            ids.push(self.lookup(pushed % LOOKUP_DISTANCE)?);
+        }
+        self.pushed = 0;
+        Some(())
+    }
+}
+
+/// `word` zero-padded to 16 bytes as a little-endian integer, when it fits; read with loads
+/// that overlap instead of byte by byte.
+#[inline(always)]
+fn inline_key(word: &[u8]) -> Option<u128> {
+    let len = word.len();
+    let read8 = |at: usize| u64::from_le_bytes(word[at..at + 8].try_into().expect("8 bytes"));
+    let read4 = |at: usize| u32::from_le_bytes(word[at..at + 4].try_into().expect("4 bytes"));
+    let (low, high) = match len {
+        0 => (0, 0),
+        1..4 => {
+            let first = u64::from(word[0]);
+            let middle = u64::from(word[len / 2]) << (8 * (len / 2));
+            let last = u64::from(word[len - 1]) << (8 * (len - 1));
+            (first | middle | last, 0)
+        }
+        4..8 => {
+            let low = u64::from(read4(0));
+            let high = u64::from(read4(len - 4)) << (8 * (len - 4));
+            (low | high, 0)
+        }
+        8 => (read8(0), 0),
+        9..=INLINE_WORD => (read8(0), read8(len - 8) >> (8 * (INLINE_WORD - len))),
+        _ => return None,
+    };
+    Some(u128::from(low) | (u128::from(high) << 64))
+}
+
+/// A hash of an inline word's key and length under `seed` (two folded multiplications).
+#[inline(always)]
+fn short_hash(key: u128, len: usize, seed: u64) -> u64 {
+    const K1: u64 = 0x9E37_79B9_7F4A_7C15;
+    const K2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    let low = key as u64 ^ seed;
+    let high = (key >> 64) as u64 ^ seed.rotate_left(29) ^ len as u64;
+    folded_multiply(folded_multiply(low, K1) ^ high, K2)
+}
+
+#[inline(always)]
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let full = u128::from(a) * u128::from(b);
+    full as u64 ^ (full >> 64) as u64
+}
+
+/// Asks the CPU to bring `slot`'s cache line in (a hint; nothing on other targets).
+#[inline(always)]
+fn prefetch(slot: &WordSlot) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of every x86_64 target, and a prefetch only hints the cache: it
+        // neither reads nor writes memory as the program sees it.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((slot as *const WordSlot).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_keys_are_the_zero_padded_bytes() {
+        let text = b"abcdefghijklmnopq";
+        for len in 0..=INLINE_WORD {
+            let mut padded = [0u8; INLINE_WORD];
+            padded[..len].copy_from_slice(&text[..len]);
+            assert_eq!(
+                inline_key(&text[..len]),
+                Some(u128::from_le_bytes(padded)),
+                "{len} bytes"
+            );
+        }
+        assert_eq!(inline_key(text), None);
+    }
+
+    #[test]
+    fn every_word_finds_its_id_and_others_none() {
+        let words: Vec<String> = (0..3_000)
+            .map(|n| match n % 4 {
+                0 => format!("w{n}"),
+                1 => format!("{n:0>16}"),
+                2 => format!("a-longer-word-number-{n}"),
+                _ => "x".repeat(n % 40 + 1) + &n.to_string(),
+            })
+            .collect();
+        let mut table = WordIds::with_capacity(words.len() + 1);
+        table.insert("", 9_999).expect("inserts");
+        for (id, word) in words.iter().enumerate() {
+            table.insert(word, id as u32).expect("inserts");
+        }
+        for (id, word) in words.iter().enumerate() {
+            assert_eq!(table.get(word), Some(id as u32), "{word}");
+            assert_eq!(table.get(&format!("{word}?")), None, "{word}?");
+        }
+        assert_eq!(table.get(""), Some(9_999));
+        let text = words.join(" \t");
+        let mut ids = Vec::new();
+        table
+            .extend_whitespace_words(&text, None, &mut ids)
+            .expect("all known");
+        assert_eq!(ids, (0..words.len() as u32).collect::<Vec<_>>());
+        let mut ids = Vec::new();
+        assert_eq!(
+            table.extend_whitespace_words("w0 nope", None, &mut ids),
+            None
+        );
+        let mut ids = Vec::new();
+        table
+            .extend_whitespace_words("w0 nope w4", Some(7), &mut ids)
+            .expect("unknown given");
+        assert_eq!(ids, [0, 7, 4]);
+    }
+}
