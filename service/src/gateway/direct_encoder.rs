@@ -37,7 +37,6 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use serde_json::Value;
 use std::borrow::Cow;
 use tokenizers::{Model, ModelWrapper, Tokenizer};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// GPT-2's pre-tokenization regex, which `ByteLevel` applies when `use_regex` is set.
 const BYTE_LEVEL_REGEX: &str =
@@ -497,9 +496,51 @@ const CACHED_PIECES: usize = 1 << 16;
 
 /// The ids the BPE model gave each piece, bounded: once full, new pieces are not kept.
 #[derive(Default)]
-struct PieceIds(parking_lot::RwLock<PieceMap>);
+struct PieceIds(parking_lot::RwLock<PieceTable>);
 
-type PieceMap = std::collections::HashMap<Box<str>, Box<[u32]>, PieceHashing>;
+/// Pieces and their ids: a piece of one token keeps it in the table's slot, a piece of more
+/// has the index of its ids in `several` there, with [`SEVERAL`] set.
+struct PieceTable {
+    pieces: WordIds,
+    several: Vec<Box<[u32]>>,
+}
+
+/// Marks a slot's value as an index into [`PieceTable::several`].
+const SEVERAL: u32 = 1 << 31;
+
+impl Default for PieceTable {
+    fn default() -> Self {
+        Self {
+            pieces: WordIds::with_capacity(1024),
+            several: Vec::new(),
+        }
+    }
+}
+
+impl PieceTable {
+    fn get(&self, piece: &str) -> Option<&[u32]> {
+        let value = self.pieces.get_ref(piece)?;
+        Some(match *value & SEVERAL {
+            0 => std::slice::from_ref(value),
+            _ => &self.several[(*value & !SEVERAL) as usize],
+        })
+    }
+
+    fn remember(&mut self, piece: &str, ids: &[u32]) {
+        if self.pieces.len() >= CACHED_PIECES || self.pieces.get(piece).is_some() {
+            return;
+        }
+        let value = match ids {
+            [id] if id & SEVERAL == 0 => *id,
+            _ => {
+                self.several.push(Box::from(ids));
+                (self.several.len() - 1) as u32 | SEVERAL
+            }
+        };
+        // A piece under CACHED_PIECE_BYTES always fits a slot's length.
+        let _ = self.pieces.insert(piece, value);
+    }
+}
 
 impl PieceIds {
     /// The ids of `pieces` appended to `ids`: remembered ones read under one read lock for the
@@ -515,78 +556,33 @@ impl PieceIds {
     ) -> Option<()> {
         let mut known = self.0.read();
         for piece in pieces {
-            if let Some(remembered) = known.get(piece.as_ref()) {
+            if let Some(remembered) = known.get(piece) {
                 ids.extend_from_slice(remembered);
                 continue;
             }
             let start = ids.len();
             parking_lot::RwLockReadGuard::unlocked(&mut known, || {
-                self.tokenize(model, piece, byte_level, ids)
+                tokenize(model, piece, byte_level, ids)
             })?;
             if piece.len() <= CACHED_PIECE_BYTES {
                 parking_lot::RwLockReadGuard::unlocked(&mut known, || {
-                    let mut remembered = self.0.write();
-                    if remembered.len() < CACHED_PIECES {
-                        remembered.insert(Box::from(piece.as_ref()), Box::from(&ids[start..]));
-                    }
+                    self.0.write().remember(piece, &ids[start..]);
                 });
             }
         }
         Some(())
     }
-
-    fn tokenize(
-        &self,
-        model: &ModelWrapper,
-        piece: &str,
-        byte_level: bool,
-        ids: &mut Vec<u32>,
-    ) -> Option<()> {
-        let tokens = match byte_level {
-            true => model.tokenize(&byte_chars(piece)),
-            false => model.tokenize(piece),
-        };
-        ids.extend(tokens.ok()?.iter().map(|token| token.id));
-        Some(())
-    }
 }
 
-/// The piece map's hashing: XXH3 of the piece in one call, under a per-process seed (the
-/// standard library's SipHash cost as much as the rest of a lookup).
-#[derive(Clone)]
-struct PieceHashing(u64);
-
-impl Default for PieceHashing {
-    fn default() -> Self {
-        use std::hash::BuildHasher;
-        Self(std::collections::hash_map::RandomState::new().hash_one(0u8))
-    }
-}
-
-impl std::hash::BuildHasher for PieceHashing {
-    type Hasher = PieceHasher;
-
-    fn build_hasher(&self) -> PieceHasher {
-        PieceHasher(self.0)
-    }
-}
-
-/// Hashes what it is given with XXH3, each write chained on the last.
-struct PieceHasher(u64);
-
-impl std::hash::Hasher for PieceHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = xxh3_64_with_seed(bytes, self.0);
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        // `str` ends its hash with one 0xFF byte; fold it in without another XXH3 call.
-        self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+/// `piece`'s ids from the BPE model itself, spelled in GPT-2's byte characters first when
+/// `byte_level`.
+fn tokenize(model: &ModelWrapper, piece: &str, byte_level: bool, ids: &mut Vec<u32>) -> Option<()> {
+    let tokens = match byte_level {
+        true => model.tokenize(&byte_chars(piece)),
+        false => model.tokenize(piece),
+    };
+    ids.extend(tokens.ok()?.iter().map(|token| token.id));
+    Some(())
 }
 
 impl ModelStep {

@@ -1,8 +1,10 @@
-//! A word-level vocabulary as a lookup table built for prompts: word in, id out.
+//! A table from short strings to ids built for prompts: a `WordLevel` vocabulary (word in, id
+//! out), and the direct encoder's cache of BPE pieces.
 //!
-//! Enters: at load, a `WordLevel` model's `(word, id)` pairs; per request, the words of a text
-//! (already cut, or cut here by [`whitespace_words`](super::whitespace_words)). Leaves: their
-//! ids, or the unknown token's for a word not in the vocabulary.
+//! Enters: at load, a `WordLevel` model's `(word, id)` pairs (or, as pieces are met, a piece
+//! and a value); per request, the words of a text (already cut, or cut here by
+//! [`whitespace_words`](super::whitespace_words)). Leaves: their ids, or the unknown token's
+//! for a word not in the vocabulary.
 //!
 //! The table is open-addressing with 32-byte slots (two per cache line). A word of up to 16
 //! bytes lives in its slot as one zero-padded 128-bit key, so a lookup reads it with two
@@ -28,6 +30,8 @@ pub struct WordIds {
     mask: usize,
     slots: Vec<WordSlot>,
     long_words: Vec<u8>,
+    /// Words held; the table doubles before they fill half its slots.
+    len: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -56,7 +60,7 @@ struct Probe {
 }
 
 impl WordIds {
-    /// An empty table with room for `words` words.
+    /// An empty table with room for `words` words before it grows.
     pub fn with_capacity(words: usize) -> Self {
         use std::hash::{BuildHasher, RandomState};
         let slots = (words * 2).next_power_of_two().max(16);
@@ -65,7 +69,18 @@ impl WordIds {
             mask: slots - 1,
             slots: vec![EMPTY; slots],
             long_words: Vec::new(),
+            len: 0,
         }
+    }
+
+    /// Words held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no word is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     #[inline(always)]
@@ -95,7 +110,7 @@ impl WordIds {
     }
 
     /// The slot holding `word`, or the empty one where it would go (the table is never full:
-    /// it has at least twice as many slots as words).
+    /// it grows before half its slots hold words).
     #[inline(always)]
     fn position(&self, probe: Probe, word: &[u8]) -> usize {
         let mut at = probe.tag as usize & self.mask;
@@ -133,14 +148,38 @@ impl WordIds {
             len,
             key,
         };
+        self.len += 1;
+        if self.len * 2 > self.slots.len() {
+            self.grow();
+        }
         Ok(())
+    }
+
+    /// Doubles the slots, each word moved by the tag it keeps (nothing is hashed again).
+    fn grow(&mut self) {
+        let slots = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; slots]);
+        self.mask = slots - 1;
+        for slot in old.into_iter().filter(|slot| slot.tag != 0) {
+            let mut at = slot.tag as usize & self.mask;
+            while self.slots[at].tag != 0 {
+                at = (at + 1) & self.mask;
+            }
+            self.slots[at] = slot;
+        }
     }
 
     /// The id of `word`, if it is in the vocabulary.
     pub fn get(&self, word: &str) -> Option<u32> {
+        self.get_ref(word).copied()
+    }
+
+    /// The id of `word` where the table keeps it, if it is in the vocabulary.
+    #[inline]
+    pub fn get_ref(&self, word: &str) -> Option<&u32> {
         let bytes = word.as_bytes();
         let slot = &self.slots[self.position(self.probe(bytes), bytes)];
-        (slot.tag != 0).then_some(slot.id)
+        (slot.tag != 0).then_some(&slot.id)
     }
 
     /// The ids of `words` (`unknown` for a word not in the vocabulary) appended to `ids`;
@@ -315,6 +354,23 @@ mod tests {
             );
         }
         assert_eq!(inline_key(text), None);
+    }
+
+    #[test]
+    fn a_table_sized_for_few_words_grows_and_keeps_them_all() {
+        let mut table = WordIds::with_capacity(1);
+        let words: Vec<String> = (0..5_000)
+            .map(|n| format!("piece-{n}").repeat(n % 5 + 1))
+            .collect();
+        for (id, word) in words.iter().enumerate() {
+            table.insert(word, id as u32).expect("inserts");
+        }
+        assert_eq!(table.len(), words.len());
+        for (id, word) in words.iter().enumerate() {
+            assert_eq!(table.get(word), Some(id as u32), "{word}");
+        }
+        table.insert(&words[7], 70).expect("replaces");
+        assert_eq!((table.len(), table.get(&words[7])), (words.len(), Some(70)));
     }
 
     #[test]
