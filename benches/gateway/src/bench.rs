@@ -5,6 +5,8 @@
 use crate::client::Client;
 use crate::engine::{BLOCK_SIZE, EngineAddress};
 use crate::procs::{self, Proc};
+use crate::rounds::{self, RoundFigures};
+use crate::table::{fmt, layout};
 use crate::words::{self, Rng};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -87,6 +89,10 @@ pub struct RunArgs {
     /// Seconds a gateway may take to answer its first completion.
     #[arg(long, default_value_t = 90)]
     pub ready_timeout_secs: u64,
+    /// Runs of the whole list of gateways, in turns; with more than one, each round's table
+    /// is printed and then every figure's median and range over the rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -823,14 +829,6 @@ async fn run_one(
     result
 }
 
-fn fmt(value: f64, digits: usize) -> String {
-    if value.is_finite() {
-        format!("{value:.digits$}")
-    } else {
-        "-".to_owned()
-    }
-}
-
 fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
     let cell = |f: &dyn Fn(&GatewayResult) -> Option<String>| -> Vec<String> {
@@ -935,37 +933,8 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
         .iter()
         .find_map(|r| r.prefix.as_ref())
         .map_or((f64::NAN, 0), |p| (p.ideal_hit_rate, p.ideal_hit_blocks));
-    let width0 = rows
-        .iter()
-        .map(|(label, _)| label.chars().count())
-        .max()
-        .unwrap_or(10);
-    let widths: Vec<usize> = results
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            rows.iter()
-                .map(|(_, cells)| cells[i].chars().count())
-                .chain(std::iter::once(r.name.len()))
-                .max()
-                .unwrap_or(8)
-        })
-        .collect();
-    let mut out = String::new();
-    out.push_str(&format!("{:<width0$}", "", width0 = width0));
-    for (r, w) in results.iter().zip(&widths) {
-        out.push_str(&format!(" | {:>w$}", r.name, w = *w));
-    }
-    out.push('\n');
-    out.push_str(&"-".repeat(width0 + widths.iter().map(|w| w + 3).sum::<usize>()));
-    out.push('\n');
-    for (label, cells) in &rows {
-        out.push_str(&format!("{label:<width0$}"));
-        for (cell, w) in cells.iter().zip(&widths) {
-            out.push_str(&format!(" | {cell:>w$}", w = *w));
-        }
-        out.push('\n');
-    }
+    let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
+    let mut out = layout(&names, &rows);
     out.push_str(&format!(
         "ideal prefix-hit rate (perfect affinity, no eviction): {}%, {} blocks\n",
         fmt(ideal.0 * 100.0, 2),
@@ -981,6 +950,71 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
         }
     }
     out
+}
+
+/// Every gateway of the list in turn, with the added latency against this round's direct run.
+async fn run_round(
+    args: &RunArgs,
+    client: &Client,
+    engines: &[EngineAddress],
+    run_started: Instant,
+) -> Vec<GatewayResult> {
+    let mut results: Vec<GatewayResult> = Vec::new();
+    for (index, name) in args.gateways.iter().enumerate() {
+        eprintln!(
+            "[{}/{}] {name} (t+{:.0}s)",
+            index + 1,
+            args.gateways.len(),
+            run_started.elapsed().as_secs_f64()
+        );
+        let result = run_one(args, name, client, engines).await;
+        if let Some(error) = &result.error {
+            eprintln!("  {name} FAILED: {error}");
+        }
+        results.push(result);
+    }
+    if let Some(direct) = results.iter().find(|r| r.name == "direct").cloned() {
+        for result in &mut results {
+            for (size, latency) in &result.latency.clone() {
+                if let Some(base) = direct.latency.get(size) {
+                    result
+                        .added_p50_us
+                        .insert(size.clone(), latency.p50_us - base.p50_us);
+                    result
+                        .added_p99_us
+                        .insert(size.clone(), latency.p99_us - base.p99_us);
+                }
+            }
+        }
+    }
+    results
+}
+
+/// The figures of `result` that the rounds' summary takes medians of.
+fn round_figures(args: &RunArgs, result: &GatewayResult) -> RoundFigures {
+    let mut figures = Vec::new();
+    for size in &args.latency_words {
+        let key = size.to_string();
+        if let Some(added) = result.added_p50_us.get(&key) {
+            figures.push((format!("added latency p50, {size} w (µs)"), *added));
+        }
+        if let Some(added) = result.added_p99_us.get(&key) {
+            figures.push((format!("added latency p99, {size} w (µs)"), *added));
+        }
+        if let Some(tokenize) = result.tokenize.get(&key) {
+            figures.push((format!("tokenize mean, {size} w (µs)"), tokenize.mean_us));
+        }
+    }
+    if let Some(throughput) = &result.throughput {
+        figures.push(("throughput (req/s)".into(), throughput.requests_per_s));
+    }
+    if let Some(prefix) = &result.prefix {
+        figures.push(("prefix-hit blocks".into(), prefix.hit_blocks as f64));
+    }
+    RoundFigures {
+        name: result.name.clone(),
+        figures,
+    }
 }
 
 pub async fn run(args: RunArgs) -> Result<(), String> {
@@ -1029,37 +1063,33 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
             .join(" ")
     );
     let client = Client::new(args.concurrency.max(args.prefix_concurrency) * 2);
-    let mut results: Vec<GatewayResult> = Vec::new();
     let run_started = Instant::now();
-    for (index, name) in args.gateways.iter().enumerate() {
-        eprintln!(
-            "[{}/{}] {name} (t+{:.0}s)",
-            index + 1,
-            args.gateways.len(),
-            run_started.elapsed().as_secs_f64()
-        );
-        let result = run_one(&args, name, &client, &engines).await;
-        if let Some(error) = &result.error {
-            eprintln!("  {name} FAILED: {error}");
+    let mut rounds: Vec<Vec<GatewayResult>> = Vec::new();
+    for round in 1..=args.rounds {
+        if args.rounds > 1 {
+            eprintln!("round {round} of {}", args.rounds);
         }
-        results.push(result);
-    }
-    if let Some(direct) = results.iter().find(|r| r.name == "direct").cloned() {
-        for result in &mut results {
-            for (size, latency) in &result.latency.clone() {
-                if let Some(base) = direct.latency.get(size) {
-                    result
-                        .added_p50_us
-                        .insert(size.clone(), latency.p50_us - base.p50_us);
-                    result
-                        .added_p99_us
-                        .insert(size.clone(), latency.p99_us - base.p99_us);
-                }
-            }
+        let results = run_round(&args, &client, &engines, run_started).await;
+        let table = render_table(&args, &results);
+        match args.rounds {
+            1 => println!("\n{table}"),
+            _ => println!("\nround {round} of {}:\n{table}", args.rounds),
         }
+        rounds.push(results);
     }
+    let (summary, medians) = if args.rounds > 1 {
+        let figures: Vec<Vec<RoundFigures>> = rounds
+            .iter()
+            .map(|results| results.iter().map(|r| round_figures(&args, r)).collect())
+            .collect();
+        let (summary, medians) = rounds::summary(&args.gateways, &figures);
+        println!("medians over {} rounds in turns:\n{summary}", args.rounds);
+        (Some(summary), Some(medians))
+    } else {
+        (None, None)
+    };
+    let results = rounds.first().cloned().unwrap_or_default();
     let table = render_table(&args, &results);
-    println!("\n{table}");
     let report = json!({
         "settings": {
             "engines": args.engines, "lru_blocks_per_engine": args.lru_blocks, "block_size": BLOCK_SIZE,
@@ -1073,6 +1103,9 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         },
         "results": results,
         "table": table,
+        "rounds": rounds,
+        "summary": summary,
+        "medians": medians,
     });
     std::fs::write(
         &args.out,

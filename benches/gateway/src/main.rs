@@ -8,6 +8,8 @@ mod bench;
 mod client;
 mod engine;
 mod procs;
+mod rounds;
+mod table;
 mod words;
 
 use clap::{Parser, Subcommand};
