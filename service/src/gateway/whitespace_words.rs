@@ -3,8 +3,8 @@
 //!
 //! Enters: a prompt text (any UTF-8). Leaves: the byte range of each word, in order. ASCII text
 //! is scanned eight bytes at a time: a word ends only at a byte at or below the space or at or
-//! above 0x80 (which then decides by the character it starts), so the bytes of a word are
-//! skipped a word at a time, not a character at a time.
+//! above 0x80 (which then decides by the character it starts), so one 64-bit test passes over
+//! eight bytes that cannot end it.
 
 /// Calls `each(start, end)` for the byte range of every word of `text`, in order.
 #[inline]
