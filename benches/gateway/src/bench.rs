@@ -1065,6 +1065,7 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     let client = Client::new(args.concurrency.max(args.prefix_concurrency) * 2);
     let run_started = Instant::now();
     let mut rounds: Vec<Vec<GatewayResult>> = Vec::new();
+    let mut first_table = None;
     for round in 1..=args.rounds {
         if args.rounds > 1 {
             eprintln!("round {round} of {}", args.rounds);
@@ -1075,6 +1076,7 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
             1 => println!("\n{table}"),
             _ => println!("\nround {round} of {}:\n{table}", args.rounds),
         }
+        first_table.get_or_insert(table);
         rounds.push(results);
     }
     let (summary, medians) = if args.rounds > 1 {
@@ -1088,8 +1090,6 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     } else {
         (None, None)
     };
-    let results = rounds.first().cloned().unwrap_or_default();
-    let table = render_table(&args, &results);
     let report = json!({
         "settings": {
             "engines": args.engines, "lru_blocks_per_engine": args.lru_blocks, "block_size": BLOCK_SIZE,
@@ -1101,8 +1101,8 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
             "prefix_words": args.prefix_words, "suffix_words": args.suffix_words,
             "prefix_concurrency": args.prefix_concurrency,
         },
-        "results": results,
-        "table": table,
+        "results": rounds.first(),
+        "table": first_table,
         "rounds": rounds,
         "summary": summary,
         "medians": medians,

@@ -52,7 +52,7 @@ const EMPTY: WordSlot = WordSlot {
     key: 0,
 };
 
-/// A word as the table compares it: its length, its key (inline words) and its tag.
+/// A word as the table looks it up: its tag and, for a word of up to 16 bytes, its key.
 #[derive(Clone, Copy)]
 struct Probe {
     tag: u64,
