@@ -114,12 +114,20 @@ fn build_router(workload: &Workload, with_hint: bool) -> Router {
 }
 
 fn build_router_with(workload: &Workload, policies: RolePolicies) -> Router {
+    build_router_with_options(workload, policies, RouterOptions::default())
+}
+
+fn build_router_with_options(
+    workload: &Workload,
+    policies: RolePolicies,
+    options: RouterOptions,
+) -> Router {
     let setup = RouterSetup {
         router_mode: RouterMode::Kv,
         block_size: BLOCK_SIZE,
         roles: BTreeMap::from([(Role::Decode, policies)]),
     };
-    let router = Router::new(setup, RouterOptions::default());
+    let router = Router::new(setup, options);
     for w in 0..WORKERS {
         let info = WorkerInfo::new(
             worker(w),
@@ -311,6 +319,19 @@ fn bench_book(c: &mut Criterion) {
         stop.store(true, Ordering::Relaxed);
         let _ = evaluator.join();
     }
+    // Predicting alongside KV events (`--router-predicted-ttl-secs 5`, as the gateway bench's
+    // `ours-predicted` runs): every booking also records its 512 blocks as predicted.
+    let predicting = build_router_with_options(
+        &workload,
+        role_policies(true, 0),
+        RouterOptions {
+            predicted_ttl: Some(Duration::from_secs(5)),
+            ..RouterOptions::default()
+        },
+    );
+    group.bench_function("book_predicting_alongside_events", |b| {
+        b.iter_custom(book_loop(&predicting, &requests));
+    });
     let mut next = 0usize;
     group.bench_function("floor_hash_and_probe", |b| {
         // What the router does before its policies run: hash into a reused buffer, then one
@@ -366,6 +387,10 @@ fn bench_book(c: &mut Criterion) {
     println!(
         "per-booking latency, book_without_hint_policy: {}",
         booking_percentiles(&router_without_hint, &requests, 50_000)
+    );
+    println!(
+        "per-booking latency, book_predicting_alongside_events: {}",
+        booking_percentiles(&predicting, &requests, 50_000)
     );
     println!(
         "shadow cost: {}",

@@ -191,6 +191,11 @@ fn predictions_expire_after_the_ttl() {
     assert_eq!(router.predicted_prefix(a.worker, &hashes), 9);
     clock.set(TTL);
     assert_eq!(router.predicted_prefix(a.worker, &hashes), 0);
+    // Expired predictions count for nothing at once; they leave the table at its next sweep,
+    // a quarter of a TTL after the last, or when asked.
+    let stats = router.predicted_cache_stats().unwrap();
+    assert_eq!((stats.entries, stats.expired_blocks), (9, 0));
+    router.expire_predicted_blocks();
     let stats = router.predicted_cache_stats().unwrap();
     assert_eq!((stats.entries, stats.expired_blocks), (0, 9));
     // Past the TTL, with the first still prefilling and no event, the second spreads again.

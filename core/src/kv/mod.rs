@@ -12,6 +12,7 @@ mod huge_page_array;
 pub mod index;
 mod index_hasher;
 mod local_hash_lanes;
+pub mod predicted_blocks;
 pub mod predicted_cache;
 pub mod request_identity;
 mod sequence_hashes_iter;
@@ -33,6 +34,7 @@ pub use index::{
     WorkerIndexState,
 };
 pub(crate) use index_hasher::mix;
+pub use predicted_blocks::PredictedBlocks;
 pub use predicted_cache::{
     ApproximateConfig, ApproximateConfigError, PredictedCache, PredictedCacheStats,
 };

@@ -147,9 +147,10 @@ pub struct PredictedCacheStats {
     pub entries: u64,
 }
 
-/// One recorded entry in removal order; stale once its key was renewed, removed or forgotten
-/// (the timers then hold another expiry, or none).
-type Queued = (Duration, WorkerId, u64);
+/// One recorded entry in removal order: its expiry, the number of the booking that recorded
+/// it, and its key. Stale once its key was renewed, removed or forgotten (the timers then hold
+/// another booking's number, or none).
+type Queued = (Duration, u64, WorkerId, u64);
 
 /// The predicted (worker, block) entries and when each expires.
 ///
@@ -160,8 +161,9 @@ type Queued = (Duration, WorkerId, u64);
 #[derive(Debug)]
 pub struct PredictedCache {
     config: ApproximateConfig,
-    /// Each entry's expiry: the source of truth.
-    timers: HashMap<(WorkerId, u64), Duration, U64HashBuilder>,
+    /// The number of the booking that last recorded each entry: the source of truth (its
+    /// queued record holds the expiry).
+    timers: HashMap<(WorkerId, u64), u64, U64HashBuilder>,
     /// Records in removal order: by expiry, a booking's deepest block first.
     queue: VecDeque<Queued>,
     stats: PredictedCacheStats,
@@ -218,19 +220,21 @@ impl PredictedCache {
     /// predicted. `now` must not be earlier than the previous call's.
     pub fn record(&mut self, worker: WorkerId, blocks: &[SequenceHash], now: Duration) {
         let expiry = now.saturating_add(self.config.ttl);
+        let booking = self.stats.bookings;
         self.stats.bookings += 1;
         self.stats.recorded_blocks += blocks.len() as u64;
-        // Deepest first, so that a prune shortens the prediction from its end.
+        // Deepest first, so that a prune shortens the prediction from its end. A renewal, even
+        // at the same instant, queues its entry again in this booking's order: the earlier
+        // record goes stale.
         for block in blocks.iter().rev() {
-            let previous = self.timers.insert((worker, block.0), expiry);
-            if previous != Some(expiry) {
-                self.queue.push_back((expiry, worker, block.0));
-            }
+            self.timers.insert((worker, block.0), booking);
+            self.queue.push_back((expiry, booking, worker, block.0));
         }
         if self.queue.len() > 2 * self.timers.len() + 1024 {
             let timers = &self.timers;
-            self.queue
-                .retain(|(expiry, worker, block)| timers.get(&(*worker, *block)) == Some(expiry));
+            self.queue.retain(|(_, booking, worker, block)| {
+                timers.get(&(*worker, *block)) == Some(booking)
+            });
         }
     }
 
@@ -268,7 +272,7 @@ impl PredictedCache {
     /// Forgets every entry of `worker` (it left; the index dropped its blocks).
     pub fn forget_worker(&mut self, worker: WorkerId) {
         self.timers.retain(|(w, _), _| *w != worker);
-        self.queue.retain(|(_, w, _)| *w != worker);
+        self.queue.retain(|(_, _, w, _)| *w != worker);
     }
 
     /// Forgets one entry (the index no longer holds it); its queued record goes stale.
@@ -278,10 +282,10 @@ impl PredictedCache {
 
     /// Pops the front record; if it is current, removes its entry and appends it to `removed`.
     fn pop_front(&mut self, removed: &mut Vec<(WorkerId, SequenceHash)>) {
-        let Some((expiry, worker, block)) = self.queue.pop_front() else {
+        let Some((_, booking, worker, block)) = self.queue.pop_front() else {
             return;
         };
-        if self.timers.get(&(worker, block)) == Some(&expiry) {
+        if self.timers.get(&(worker, block)) == Some(&booking) {
             self.timers.remove(&(worker, block));
             removed.push((worker, SequenceHash(block)));
         }
@@ -289,16 +293,18 @@ impl PredictedCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::cmp::Reverse;
     use std::collections::BTreeMap;
 
-    fn w(id: u64) -> WorkerId {
+    /// Worker `id` at rank 0 (the predicted-block tests share it).
+    pub(crate) fn w(id: u64) -> WorkerId {
         WorkerId::new(id, 0)
     }
 
-    fn blocks(range: std::ops::Range<u64>) -> Vec<SequenceHash> {
+    /// The sequence hashes `range`, one block each.
+    pub(crate) fn blocks(range: std::ops::Range<u64>) -> Vec<SequenceHash> {
         range.map(SequenceHash).collect()
     }
 

@@ -12,7 +12,7 @@ use super::overlap_pass::OverlapPass;
 use super::policy_set::PolicySet;
 use super::shadow_case::{CaseBuffers, LiveOutcome, SeenCandidate, ShadowCase, live_outcome};
 use super::workers::{ActiveChain, RoleWorkers, WorkerEntry};
-use super::{BookError, Booking, BookingMode, BookingStats, Prompt, RouteRequest, Router};
+use super::{BookError, Booking, BookingMode, BookingStats, Chosen, Prompt, RouteRequest, Router};
 use crate::block_identity::SequenceHash;
 use crate::identity::Role;
 use crate::kv::{sequence_hashes_for_request, sequence_hashes_iter};
@@ -35,7 +35,7 @@ impl Router {
         request: &RouteRequest,
         start: Instant,
         mode: BookingMode,
-    ) -> Result<Booking, BookError> {
+    ) -> Result<Chosen, BookError> {
         let role = request.role;
         let policies = role_policies(policy_set, role)?;
         let mut scratch = ScratchGuard::take();
@@ -57,14 +57,15 @@ impl Router {
             Some(chain) => chain,
             None => hash_prompt(request, block_size, hashes),
         };
+        let now = self.options.predicted_ttl.map(|_| self.clock.now());
         let state = self.state.read();
         let workers = state
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
         let mut overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
-        if let Some(side) = &state.side {
-            overlaps = overlaps.with_predictions(side.index(), merged_lengths);
+        if let (Some(side), Some(now)) = (&state.side, now) {
+            overlaps = overlaps.with_predictions(side, now, merged_lengths);
         }
         let candidates = candidates.refresh(
             workers,
@@ -82,7 +83,10 @@ impl Router {
         };
         if mode == BookingMode::Preview {
             drop(state);
-            return Ok(envelope(request, selection, None, stats, start));
+            return Ok(Chosen {
+                booking: envelope(request, selection, None, stats, start),
+                chain: None,
+            });
         }
         self.reserve_booked(request, &booked, chain.clone(), start);
         let actions = self.gate_hints(policy_set, booked.entry, view, &selection);
@@ -98,13 +102,16 @@ impl Router {
                 policy_set,
                 request,
                 block_size,
-                chain,
+                chain.clone(),
                 buffers,
                 live_outcome(selection.worker, actions.as_ref()),
             );
             self.shadows.offer(case);
         }
-        Ok(envelope(request, selection, actions, stats, start))
+        Ok(Chosen {
+            booking: envelope(request, selection, actions, stats, start),
+            chain,
+        })
     }
 
     /// Stage 4: what every policy of the booking sees.

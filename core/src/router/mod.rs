@@ -51,8 +51,8 @@ pub use worker::{Role, WorkerCapabilities, WorkerId, WorkerInfo};
 use crate::block_identity::SequenceHash;
 use crate::clock::{Clock, MonotonicClock};
 use crate::kv::{
-    ApproximateConfig, BatchProgress, DumpError, IndexOptions, KvIndex, PredictedCache,
-    RouterEvent, WorkerIndexState, sequence_hashes_for_request,
+    ApproximateConfig, BatchProgress, DumpError, IndexOptions, KvIndex, PredictedBlocks,
+    PredictedCache, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
 };
 use crate::metrics::{MetricsSnapshot, RouterMetrics};
 use crate::plugins::WorkerLoad;
@@ -81,6 +81,14 @@ enum BookingMode {
     Preview,
 }
 
+/// What a booking pass chose, with the chain of sequence hashes it hashed the prompt into
+/// (a KV booking's; `None` for a preview, a blind mode or a prompt without a full block), so
+/// that recording the booking as a prediction does not hash the prompt again.
+struct Chosen {
+    booking: Booking,
+    chain: Option<Arc<[SequenceHash]>>,
+}
+
 /// Run-time options of a [`Router`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RouterOptions {
@@ -98,8 +106,8 @@ pub struct RouterOptions {
     /// events applied to it.
     pub approximate: Option<ApproximateConfig>,
     /// Predict alongside KV events (upstream's `router_predicted_ttl_secs`): `Some(ttl)` makes
-    /// a booked prompt's blocks count as cached on the booked worker for `ttl`, in a side index
-    /// of predictions kept apart from the event-driven one, until the engine's own events
+    /// a booked prompt's blocks count as cached on the booked worker for `ttl`, in a side table
+    /// of predictions ([`PredictedBlocks`]) kept apart from the event-driven index, until the engine's own events
     /// arrive (see `prediction.rs`). `None` (the default) predicts nothing. Ignored when
     /// [`RouterOptions::approximate`] is set (upstream refuses the combination).
     pub predicted_ttl: Option<Duration>,
@@ -141,7 +149,7 @@ struct RouterState {
     /// The predictions' timers, when the router routes without KV events.
     predicted: Option<PredictedCache>,
     /// The predictions made alongside KV events ([`RouterOptions::predicted_ttl`]).
-    side: Option<prediction::SideIndex>,
+    side: Option<PredictedBlocks>,
 }
 
 /// Books requests on workers: KV index, selection policy, load reservation and hints.
@@ -194,7 +202,7 @@ impl Router {
                 side: options
                     .predicted_ttl
                     .filter(|_| options.approximate.is_none())
-                    .map(prediction::SideIndex::new),
+                    .map(PredictedBlocks::new),
             }),
             ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
             peer_ledger: Mutex::new(LoadLedger::new(Arc::clone(&chains))),
@@ -427,14 +435,17 @@ impl Router {
         self.expire_predictions();
         let policies = self.policies.load();
         let result = self.choose(&policies, request, start, BookingMode::Book);
-        match &result {
-            Ok(booking) => {
-                self.predict(request, booking.worker);
+        match result {
+            Ok(Chosen { booking, chain }) => {
+                self.predict(request, booking.worker, chain.as_deref());
                 self.metrics.count_booking(booking.stats.latency);
+                Ok(booking)
             }
-            Err(error) => self.metrics.count_book_error(error.reason()),
+            Err(error) => {
+                self.metrics.count_book_error(error.reason());
+                Err(error)
+            }
         }
-        result
     }
 
     /// Chooses a worker for `request` as [`Router::book`] would, without reserving load or
@@ -444,6 +455,7 @@ impl Router {
         self.expire_predictions();
         let policies = self.policies.load();
         self.choose(&policies, request, Instant::now(), BookingMode::Preview)
+            .map(|chosen| chosen.booking)
     }
 
     /// Books (or previews) `request` by the router mode, among the workers its filter allows.
@@ -453,16 +465,21 @@ impl Router {
         request: &RouteRequest,
         start: Instant,
         mode: BookingMode,
-    ) -> Result<Booking, BookError> {
+    ) -> Result<Chosen, BookError> {
         if let Some(filter) = &request.allowed_workers {
             self.check_allowed(request.role, filter)?;
         }
-        let mut booking = match policies.setup.router_mode {
+        let mut chosen = match policies.setup.router_mode {
             RouterMode::Kv => self.book_kv(policies, request, start, mode),
-            router_mode => self.book_blind(router_mode, request, start, mode),
+            router_mode => self
+                .book_blind(router_mode, request, start, mode)
+                .map(|booking| Chosen {
+                    booking,
+                    chain: None,
+                }),
         }?;
-        booking.stats.policy_version = policies.version;
-        Ok(booking)
+        chosen.booking.stats.policy_version = policies.version;
+        Ok(chosen)
     }
 
     /// `Ok` when some registered worker of `role` passes `filter`.
@@ -525,7 +542,8 @@ impl Router {
         };
         let mut cached_blocks = state.index.prefix_length(&hashes, worker);
         if let Some(side) = &state.side {
-            cached_blocks = cached_blocks.max(side.prefix_length(&hashes, worker));
+            let now = self.clock.now();
+            cached_blocks = cached_blocks.max(side.prefix_length(&hashes, worker, now));
         }
         let prefill_tokens = prefill_tokens.unwrap_or_else(|| {
             prompt_tokens.saturating_sub(cached_blocks.saturating_mul(block_size as usize))
@@ -542,7 +560,7 @@ impl Router {
             start,
         );
         drop(state);
-        self.predict(request, worker);
+        self.predict(request, worker, Some(&hashes));
         let latency = start.elapsed();
         self.metrics.count_booking(latency);
         Ok(Booking {

@@ -7,8 +7,9 @@
 
 use crate::block_identity::{EngineBlockHash, SequenceHash};
 use crate::identity::WorkerId;
-use crate::kv::{KvIndex, RecordedEngines};
+use crate::kv::{KvIndex, PredictedBlocks, RecordedEngines};
 use crate::plugins::BlockLookup;
+use std::time::Duration;
 
 /// What one booking's overlap pass saw, with the index for everything else.
 pub(crate) struct OverlapPass<'a> {
@@ -51,10 +52,15 @@ impl<'a> OverlapPass<'a> {
     }
 
     /// Counts, per candidate, the longer of its event-driven prefix and the one `predicted`
-    /// (the side index of predictions alongside KV events) gives it, into the reused `merged`.
-    /// Engine ids are still looked up in the event-driven index only.
-    pub(crate) fn with_predictions(self, predicted: &KvIndex, merged: &'a mut Vec<usize>) -> Self {
-        predicted.prefix_lengths(self.sequence_hashes, self.workers, merged);
+    /// (the side table of predictions alongside KV events) gives it at `now`, into the reused
+    /// `merged`. Engine ids are still looked up in the event-driven index only.
+    pub(crate) fn with_predictions(
+        self,
+        predicted: &PredictedBlocks,
+        now: Duration,
+        merged: &'a mut Vec<usize>,
+    ) -> Self {
+        predicted.prefix_lengths(self.sequence_hashes, self.workers, now, merged);
         for (merged, event_driven) in merged.iter_mut().zip(self.lengths) {
             *merged = (*merged).max(*event_driven);
         }

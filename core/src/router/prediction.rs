@@ -4,7 +4,8 @@
 //!
 //! Predicting alongside KV events (upstream's `router_predicted_ttl_secs`,
 //! [`RouterOptions::predicted_ttl`](super::RouterOptions::predicted_ttl)): the predictions go
-//! to a [`SideIndex`] of their own, never to the event-driven index, so they are never dumped,
+//! to a [`PredictedBlocks`] table of their own (a booking records the chain it hashed once,
+//! one table entry per block), never to the event-driven index, so they are never dumped,
 //! never lend engine block ids to a hint, and leave the index's counters alone. A booking's
 //! overlap pass takes, per candidate, the longer of its event-driven and its predicted prefix
 //! (upstream merges its side indexer's scores by per-worker maximum), so once a worker's
@@ -17,84 +18,14 @@ use super::{BATCH_PART_BLOCKS, Prompt, RouteRequest, Router, RouterState};
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 use crate::identity::WorkerId;
 use crate::kv::{
-    ApproximateConfig, BatchProgress, EventOutcome, KvCacheEventData, KvIndex, PredictedCache,
+    BatchProgress, EventOutcome, KvCacheEventData, KvIndex, PredictedBlocks, PredictedCache,
     PredictedCacheStats, RouterEvent, local_block_hashes, sequence_hashes,
     sequence_hashes_for_request,
 };
-use std::time::Duration;
-
-/// The predictions made alongside KV events: blocks named by their sequence hashes in an index
-/// of their own, and their timers. Upstream's side indexer prunes by TTL only: so does this
-/// one (no size limit; the entries are bounded by the booking rate times the TTL).
-pub(super) struct SideIndex {
-    index: KvIndex,
-    timers: PredictedCache,
-}
-
-impl SideIndex {
-    /// An empty side index whose predictions live for `ttl`.
-    pub(super) fn new(ttl: Duration) -> Self {
-        Self {
-            index: KvIndex::new(),
-            timers: PredictedCache::new(ApproximateConfig {
-                ttl,
-                max_tree_size: usize::MAX,
-                ..ApproximateConfig::default()
-            }),
-        }
-    }
-
-    /// The predicted index, which the overlap pass reads.
-    pub(super) fn index(&self) -> &KvIndex {
-        &self.index
-    }
-
-    pub(super) fn add_worker(&mut self, worker: WorkerId) {
-        self.index.add_worker(worker);
-    }
-
-    pub(super) fn remove_worker(&mut self, worker: WorkerId) {
-        self.index.remove_worker(worker);
-        self.timers.forget_worker(worker);
-    }
-
-    /// The number of leading `hashes` predicted cached on `worker`.
-    pub(super) fn prefix_length(&self, hashes: &[SequenceHash], worker: WorkerId) -> usize {
-        self.index.prefix_length(hashes, worker)
-    }
-
-    /// Removes the predictions due by `now`.
-    fn expire(&mut self, now: Duration) {
-        if self.timers.next_expiry().is_none_or(|expiry| expiry > now) {
-            return;
-        }
-        let mut removed = Vec::new();
-        self.timers.expire(now, &mut removed);
-        for (worker, block) in removed {
-            self.index.remove_predicted(worker, block);
-        }
-    }
-
-    /// Drops the prediction that `worker` caches `block` (its own events said otherwise, or
-    /// confirmed it).
-    fn forget(&mut self, worker: WorkerId, block: SequenceHash) {
-        if self.index.remove_predicted(worker, block) {
-            self.timers.forget(worker, block);
-        }
-    }
-
-    /// Drops every prediction of `worker` (its engine cleared its cache).
-    fn forget_worker(&mut self, worker: WorkerId) {
-        if self.index.remove_worker(worker) {
-            self.index.add_worker(worker);
-        }
-        self.timers.forget_worker(worker);
-    }
-}
 
 impl RouterState {
     /// Applies `event` to the event-driven index through `apply`, then lets it supersede the
-    /// side index's predictions of its worker: those of the blocks it removes (resolved to
+    /// side table's predictions of its worker: those of the blocks it removes (resolved to
     /// sequence hashes before the removal) and, for a `cleared`, all of them. A `stored` keeps
     /// them (the overlap pass takes the longer prefix, so the engine's count wins where it
     /// reaches); an event the index ignored changes no prediction.
@@ -104,8 +35,10 @@ impl RouterState {
         apply: impl FnOnce(&mut KvIndex) -> EventOutcome,
     ) -> EventOutcome {
         let worker = event.worker();
+        let predicting = self.side.as_ref().is_some_and(|side| !side.is_empty());
         let removed: Vec<SequenceHash> = match &event.event.data {
-            KvCacheEventData::Removed(remove) => remove
+            // Nothing predicted, nothing to supersede: the removal is not resolved.
+            KvCacheEventData::Removed(remove) if predicting => remove
                 .block_hashes
                 .iter()
                 .filter_map(|engine| self.index.held_sequence_hash(worker, *engine))
@@ -152,20 +85,21 @@ impl Router {
         state
             .predicted
             .as_ref()
-            .or(state.side.as_ref().map(|side| &side.timers))
             .map(PredictedCache::stats)
+            .or(state.side.as_ref().map(PredictedBlocks::stats))
     }
 
     /// The number of leading `sequence_hashes` predicted cached on `worker` alongside KV events
-    /// (predictions whose TTL ran out are removed first); 0 when the router does not predict
+    /// (predictions whose TTL ran out do not count); 0 when the router does not predict
     /// alongside events. A booking counts the longer of this and [`Router::cached_prefix`].
     pub fn predicted_prefix(&self, worker: WorkerId, sequence_hashes: &[SequenceHash]) -> usize {
         self.expire_predictions();
+        let now = self.clock.now();
         self.state
             .read()
             .side
             .as_ref()
-            .map_or(0, |side| side.prefix_length(sequence_hashes, worker))
+            .map_or(0, |side| side.prefix_length(sequence_hashes, worker, now))
     }
 
     /// [`Router::apply_event_batch`] when predicting alongside events: one event at a time
@@ -199,26 +133,37 @@ impl Router {
     }
 
     /// Removes the predictions whose TTL ran out by now (bookings and previews also do it as
-    /// they go); nothing happens when the router trusts KV events.
+    /// they go, alongside KV events a quarter of a TTL apart); nothing happens when the router
+    /// trusts KV events.
     pub fn expire_predicted_blocks(&self) {
-        self.expire_predictions();
+        self.expire_due(true);
     }
 
     /// Removes the predictions due by the clock, taking the state lock exclusively only when
-    /// some are due.
+    /// some are due (alongside KV events: when the side table's next sweep is due).
     pub(super) fn expire_predictions(&self) {
+        self.expire_due(false);
+    }
+
+    /// [`Router::expire_predictions`]; with `sweep_now`, the side table is swept whatever its
+    /// schedule says.
+    fn expire_due(&self, sweep_now: bool) {
         if self.options.approximate.is_none() && self.options.predicted_ttl.is_none() {
             return;
         }
         let now = self.clock.now();
         let due = {
             let state = self.state.read();
-            state
+            let predicted_due = state
                 .predicted
                 .as_ref()
-                .or(state.side.as_ref().map(|side| &side.timers))
                 .and_then(PredictedCache::next_expiry)
-                .is_some_and(|expiry| expiry <= now)
+                .is_some_and(|expiry| expiry <= now);
+            let side_due = state
+                .side
+                .as_ref()
+                .is_some_and(|side| (sweep_now && !side.is_empty()) || side.sweep_due(now));
+            predicted_due || side_due
         };
         if !due {
             return;
@@ -232,7 +177,11 @@ impl Router {
             ..
         } = &mut *state;
         if let Some(side) = side.as_mut() {
-            side.expire(now);
+            if sweep_now {
+                side.sweep(now);
+            } else {
+                side.sweep_if_due(now);
+            }
         }
         if let Some(predicted) = predicted.as_mut() {
             predicted.expire(now, &mut removed);
@@ -243,12 +192,19 @@ impl Router {
     }
 
     /// Records that `request` was booked on `worker`: its prompt's blocks count as cached there
-    /// for the TTL. The prompt is hashed again here (with its local hashes, which the index's
-    /// dump needs) so that the booking pipeline stays as it is when events are trusted.
-    pub(super) fn predict(&self, request: &RouteRequest, worker: WorkerId) {
+    /// for the TTL. `hashed` are the prompt's sequence hashes when the booking computed them
+    /// (predictions alongside KV events record those as they are). Without KV events the prompt
+    /// is hashed again here, with its local hashes, which the index's dump needs, so that the
+    /// booking pipeline stays as it is when events are trusted.
+    pub(super) fn predict(
+        &self,
+        request: &RouteRequest,
+        worker: WorkerId,
+        hashed: Option<&[SequenceHash]>,
+    ) {
         if self.options.approximate.is_none() {
             if self.options.predicted_ttl.is_some() {
-                self.predict_alongside_events(request, worker);
+                self.predict_alongside_events(request, worker, hashed);
             }
             return;
         }
@@ -290,16 +246,27 @@ impl Router {
         }
     }
 
-    /// Records `request`'s booking on `worker` in the side index, alongside KV events: its
-    /// prompt's blocks count as predicted there for the TTL.
-    fn predict_alongside_events(&self, request: &RouteRequest, worker: WorkerId) {
-        let hashes = match &request.prompt {
-            Prompt::Tokens(tokens) => {
-                sequence_hashes_for_request(tokens, self.block_size, &request.identity)
+    /// Records `request`'s booking on `worker` in the side table, alongside KV events: its
+    /// prompt's blocks (`hashed`, or hashed here) count as predicted there for the TTL.
+    fn predict_alongside_events(
+        &self,
+        request: &RouteRequest,
+        worker: WorkerId,
+        hashed: Option<&[SequenceHash]>,
+    ) {
+        let computed;
+        let hashes = match (hashed, &request.prompt) {
+            (Some(hashes), _) => hashes,
+            (None, Prompt::Tokens(tokens)) => {
+                computed = sequence_hashes_for_request(tokens, self.block_size, &request.identity);
+                &computed
             }
-            Prompt::Blocks {
-                sequence_hashes, ..
-            } => sequence_hashes.clone(),
+            (
+                None,
+                Prompt::Blocks {
+                    sequence_hashes, ..
+                },
+            ) => sequence_hashes,
         };
         if hashes.is_empty() {
             return;
@@ -307,14 +274,8 @@ impl Router {
         let mut state = self.state.write();
         // Read under the lock, so that bookings are recorded in clock order.
         let now = self.clock.now();
-        let Some(side) = state.side.as_mut() else {
-            return;
-        };
-        side.expire(now);
-        if side.index.worker_state(worker).is_none() {
-            return;
+        if let Some(side) = state.side.as_mut() {
+            side.record(worker, hashes, now);
         }
-        side.index.store_predicted(worker, &hashes, None);
-        side.timers.record(worker, &hashes, now);
     }
 }
