@@ -20,6 +20,7 @@ use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
 use crate::kv::index_hasher::U64Map;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::Duration;
 
 /// One worker's prediction of a block: its slot and when the prediction expires (nanoseconds
@@ -175,22 +176,33 @@ impl PredictedBlocks {
     /// Drops the prediction that `worker` caches `block`; returns whether there was one (an
     /// expired one not yet swept counts).
     pub fn forget(&mut self, worker: WorkerId, block: SequenceHash) -> bool {
+        self.forget_blocks(worker, std::slice::from_ref(&block)) == 1
+    }
+
+    /// Drops the predictions that `worker` caches `blocks` (its engine removed them); returns
+    /// how many there were.
+    pub fn forget_blocks(&mut self, worker: WorkerId, blocks: &[SequenceHash]) -> usize {
         let Some(&slot) = self.slots.get(&worker) else {
-            return false;
+            return 0;
         };
-        let Some(holders) = self.blocks.get_mut(&block.0) else {
-            return false;
-        };
-        let mut found = false;
-        let left = holders.retain(|holder| {
-            found |= holder.slot == slot;
-            holder.slot != slot
-        });
-        if !left {
-            self.blocks.remove(&block.0);
+        let mut forgotten = 0;
+        for block in blocks {
+            // One probe, whether the block keeps other holders or leaves the table.
+            let Entry::Occupied(mut occupied) = self.blocks.entry(block.0) else {
+                continue;
+            };
+            let mut found = false;
+            let left = occupied.get_mut().retain(|holder| {
+                found |= holder.slot == slot;
+                holder.slot != slot
+            });
+            if !left {
+                occupied.remove();
+            }
+            forgotten += usize::from(found);
         }
-        self.entries -= usize::from(found);
-        found
+        self.entries -= forgotten;
+        forgotten
     }
 
     /// Records that `blocks` were booked on `worker` at `now`: each counts as cached there
@@ -212,14 +224,16 @@ impl PredictedBlocks {
         };
         self.blocks.reserve(blocks.len());
         for block in blocks {
-            match self.blocks.get_mut(&block.0) {
-                Some(holders) => {
+            // One probe whether the block is new or renewed.
+            match self.blocks.entry(block.0) {
+                Entry::Occupied(mut occupied) => {
+                    let holders = occupied.get_mut();
                     let before = holders.as_slice().len();
                     holders.set(holder);
                     self.entries += holders.as_slice().len() - before;
                 }
-                None => {
-                    self.blocks.insert(block.0, Holders::One(holder));
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Holders::One(holder));
                     self.entries += 1;
                 }
             }
@@ -451,8 +465,12 @@ mod tests {
                 let prompt = blocks(start..start + len);
                 match action {
                     0 => {
-                        table.forget(w(worker), SequenceHash(start));
-                        model.remove(&(worker, start));
+                        let forgotten = table.forget_blocks(w(worker), &prompt);
+                        let held = prompt
+                            .iter()
+                            .filter(|block| model.remove(&(worker, block.0)).is_some())
+                            .count();
+                        proptest::prop_assert_eq!(forgotten, held);
                     }
                     1 => {
                         table.forget_worker(w(worker));

@@ -56,9 +56,7 @@ impl RouterState {
             KvCacheEventData::Cleared => side.forget_worker(worker),
             KvCacheEventData::Stored(_) => {}
             KvCacheEventData::Removed(_) => {
-                for seq in removed {
-                    side.forget(worker, seq);
-                }
+                side.forget_blocks(worker, &removed);
             }
         }
         outcome
