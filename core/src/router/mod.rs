@@ -107,9 +107,9 @@ pub struct RouterOptions {
     pub approximate: Option<ApproximateConfig>,
     /// Predict alongside KV events (upstream's `router_predicted_ttl_secs`): `Some(ttl)` makes
     /// a booked prompt's blocks count as cached on the booked worker for `ttl`, in a side table
-    /// of predictions ([`PredictedBlocks`]) kept apart from the event-driven index, until the engine's own events
-    /// arrive (see `prediction.rs`). `None` (the default) predicts nothing. Ignored when
-    /// [`RouterOptions::approximate`] is set (upstream refuses the combination).
+    /// of predictions ([`PredictedBlocks`]) kept apart from the event-driven index, until the
+    /// engine's own events arrive (see `prediction.rs`). `None` (the default) predicts nothing.
+    /// Ignored when [`RouterOptions::approximate`] is set (upstream refuses the combination).
     pub predicted_ttl: Option<Duration>,
 }
 
