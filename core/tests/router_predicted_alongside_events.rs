@@ -134,6 +134,7 @@ fn without_predictions_a_burst_on_a_new_prefix_spreads() {
     assert_ne!(a.worker, b.worker);
     assert_eq!(b.stats.cached_blocks, 0);
     assert!(router.predicted_cache_stats().is_none());
+    assert!(!router.prometheus_text().contains("kv_router_predicted_"));
 }
 
 #[test]
@@ -198,6 +199,14 @@ fn predictions_expire_after_the_ttl() {
     router.expire_predicted_blocks();
     let stats = router.predicted_cache_stats().unwrap();
     assert_eq!((stats.entries, stats.expired_blocks), (0, 9));
+    let text = router.prometheus_text();
+    for sample in [
+        "kv_router_predicted_bookings_total{mode=\"alongside_events\"} 1\n",
+        "kv_router_predicted_blocks_expired_total{mode=\"alongside_events\"} 9\n",
+        "kv_router_predicted_entries{mode=\"alongside_events\"} 0\n",
+    ] {
+        assert!(text.contains(sample), "{sample} in\n{text}");
+    }
     // Past the TTL, with the first still prefilling and no event, the second spreads again.
     let b = router
         .book(&request("b", Role::Aggregated, second))

@@ -76,6 +76,17 @@ fn a_booking_is_predicted_cached_until_its_ttl() {
     assert_eq!(stats.bookings, 2);
     assert_eq!(stats.entries, 0);
     assert_eq!(stats.expired_blocks, stats.recorded_blocks - 4);
+    let text = router.prometheus_text();
+    for sample in [
+        "kv_router_predicted_bookings_total{mode=\"without_events\"} 2\n".to_owned(),
+        format!(
+            "kv_router_predicted_blocks_expired_total{{mode=\"without_events\"}} {}\n",
+            stats.expired_blocks
+        ),
+        "kv_router_predicted_entries{mode=\"without_events\"} 0\n".to_owned(),
+    ] {
+        assert!(text.contains(&sample), "{sample} in\n{text}");
+    }
 }
 
 #[test]

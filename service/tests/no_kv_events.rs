@@ -96,4 +96,12 @@ async fn a_shared_prefix_follows_the_booking_until_the_ttl() {
     tokio::time::sleep(TTL + Duration::from_millis(300)).await;
     assert_eq!(device_blocks(&mut client, &first_prompt, booked).await, 0);
     assert_eq!(device_blocks(&mut client, &second_prompt, booked).await, 0);
+
+    // `/metrics` says what the predictions did, per partition.
+    let metrics = client.get("/metrics").await.expect("metrics");
+    expect_status(&metrics, 200);
+    let text = metrics.text();
+    let sample = "kv_router_predicted_bookings_total{model_name=\"m\",routing_group=\"default\",mode=\"without_events\"} 2";
+    assert!(text.contains(sample), "{sample} in\n{text}");
+    assert!(text.contains("# TYPE kv_router_predicted_entries gauge"));
 }

@@ -4,11 +4,13 @@
 //!
 //! [`snapshot`](MetricsSnapshot) is what readers see, [`histogram`](HistogramSnapshot) the
 //! booking latency, `live` the router's lock-free counters, `prometheus` the exposition (one
-//! table row per metric family) and [`BookErrorReason`] the labels of failed bookings.
+//! table row per metric family), `prediction_metrics` the cache predictions' samples and
+//! [`BookErrorReason`] the labels of failed bookings.
 
 mod book_error_reason;
 mod histogram;
 mod live;
+mod prediction_metrics;
 mod prometheus;
 mod shadow_report;
 mod snapshot;
@@ -16,6 +18,7 @@ mod snapshot;
 pub use book_error_reason::BookErrorReason;
 pub use histogram::HistogramSnapshot;
 pub(crate) use live::{PolicyFailureCounter, RouterMetrics};
+pub use prediction_metrics::{PredictionMode, prediction_prometheus_text};
 pub use prometheus::escape_label;
 pub use shadow_report::{ShadowReport, shadow_prometheus_text};
 pub use snapshot::{EventMetrics, MetricsSnapshot, PolicyFailures};

@@ -54,7 +54,7 @@ use crate::kv::{
     ApproximateConfig, BatchProgress, DumpError, IndexOptions, KvIndex, PredictedBlocks,
     PredictedCache, RouterEvent, WorkerIndexState, sequence_hashes_for_request,
 };
-use crate::metrics::{MetricsSnapshot, RouterMetrics};
+use crate::metrics::{MetricsSnapshot, PredictionMode, RouterMetrics};
 use crate::plugins::WorkerLoad;
 use arc_swap::ArcSwap;
 use blind_selection::BlindSelector;
@@ -621,13 +621,21 @@ impl Router {
         )
     }
 
-    /// Every metric in the Prometheus text exposition format, the shadows' included.
+    /// Every metric in the Prometheus text exposition format, the shadows' included, and the
+    /// cache predictions' when the router predicts.
     pub fn prometheus_text(&self) -> String {
         let mut text = self.metrics().to_prometheus();
         text.push_str(&crate::metrics::shadow_prometheus_text(
             &self.shadow_reports(),
             self.shadow_cases_dropped(),
         ));
+        if let Some(stats) = self.predicted_cache_stats() {
+            let mode = match self.predicts_caches() {
+                true => PredictionMode::WithoutEvents,
+                false => PredictionMode::AlongsideEvents,
+            };
+            text.push_str(&crate::metrics::prediction_prometheus_text(&stats, mode));
+        }
         text
     }
 
