@@ -8,16 +8,14 @@ mod common;
 use common::*;
 use dynamo_kv_router::kv::ApproximateConfig;
 use dynamo_kv_router::router::RouterOptions;
-use kv_router_service::SelectionService;
 use kv_router_service::ingress::NoIngress;
-use kv_router_service::serve::{BoundService, ServeOptions};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_millis(1_500);
 
-async fn start_without_events() -> (TestServiceHandle, std::net::SocketAddr) {
+async fn start_without_events() -> TestService {
     let options = RouterOptions {
         approximate: Some(ApproximateConfig {
             ttl: TTL,
@@ -25,39 +23,13 @@ async fn start_without_events() -> (TestServiceHandle, std::net::SocketAddr) {
         }),
         ..RouterOptions::default()
     };
-    let service = Arc::new(SelectionService::new(
-        setup(DEFAULT_YAML),
-        options,
-        Arc::new(NoIngress),
-    ));
-    let bound = BoundService::bind(
-        Arc::clone(&service),
-        &ServeOptions {
-            host: "127.0.0.1".to_owned(),
-            port: 0,
-        },
-    )
-    .await
-    .expect("bind 127.0.0.1:0");
-    let address = bound.local_addr().expect("bound address");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(bound.run(async move {
-        let _ = stopped.await;
-    }));
-    (TestServiceHandle { _stop: stop }, address)
-}
-
-/// Stops the server when dropped.
-struct TestServiceHandle {
-    _stop: tokio::sync::oneshot::Sender<()>,
+    start_with_options(DEFAULT_YAML, options, Arc::new(NoIngress)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_prefix_follows_the_booking_until_the_ttl() {
-    let (_handle, address) = start_without_events().await;
-    let mut client = kv_router_service::loopback_client::LoopbackClient::connect(address)
-        .await
-        .expect("connect");
+    let service = start_without_events().await;
+    let mut client = service.client().await;
     register_workers(&mut client, [1, 2, 3, 4]).await;
 
     let system = tokens(512, 11);

@@ -56,11 +56,16 @@ impl TestService {
 
 /// Starts a service for `yaml` fed by `ingress`, on 127.0.0.1 port 0.
 pub async fn start_with(yaml: &str, ingress: Arc<dyn KvEventIngress>) -> TestService {
-    let service = Arc::new(SelectionService::new(
-        setup(yaml),
-        RouterOptions::default(),
-        ingress,
-    ));
+    start_with_options(yaml, RouterOptions::default(), ingress).await
+}
+
+/// [`start_with`], its routers running `options`.
+pub async fn start_with_options(
+    yaml: &str,
+    options: RouterOptions,
+    ingress: Arc<dyn KvEventIngress>,
+) -> TestService {
+    let service = Arc::new(SelectionService::new(setup(yaml), options, ingress));
     let options = ServeOptions {
         host: "127.0.0.1".to_owned(),
         port: 0,
