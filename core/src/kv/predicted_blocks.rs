@@ -121,11 +121,6 @@ impl PredictedBlocks {
         }
     }
 
-    /// How long a prediction lives.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// Starts tracking `worker` (already tracked: nothing changes).
     pub fn add_worker(&mut self, worker: WorkerId) {
         if self.slots.contains_key(&worker) {
@@ -162,15 +157,22 @@ impl PredictedBlocks {
 
     /// Drops every prediction of the worker of `slot`.
     fn drop_slot(&mut self, slot: u32) {
+        self.drop_where(|holder| holder.slot == slot);
+    }
+
+    /// Drops every prediction `drop` picks, and every block left without one; returns how
+    /// many it dropped.
+    fn drop_where(&mut self, drop: impl Fn(&Holder) -> bool) -> usize {
         let mut dropped = 0;
         self.blocks.retain(|_, holders| {
             holders.retain(|holder| {
-                let keep = holder.slot != slot;
+                let keep = !drop(holder);
                 dropped += usize::from(!keep);
                 keep
             })
         });
         self.entries -= dropped;
+        dropped
     }
 
     /// Drops the prediction that `worker` caches `block`; returns whether there was one (an
@@ -317,15 +319,7 @@ impl PredictedBlocks {
     /// Removes every prediction expired by `now` from the table.
     pub fn sweep(&mut self, now: Duration) {
         let at = nanos(now);
-        let mut expired = 0;
-        self.blocks.retain(|_, holders| {
-            holders.retain(|holder| {
-                let live = holder.expiry > at;
-                expired += usize::from(!live);
-                live
-            })
-        });
-        self.entries -= expired;
+        let expired = self.drop_where(|holder| holder.expiry <= at);
         self.stats.expired_blocks += expired as u64;
         self.next_sweep = now.saturating_add(self.ttl / 4);
     }

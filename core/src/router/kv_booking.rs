@@ -57,15 +57,14 @@ impl Router {
             Some(chain) => chain,
             None => hash_prompt(request, block_size, hashes),
         };
-        let now = self.options.predicted_ttl.map(|_| self.clock.now());
         let state = self.state.read();
         let workers = state
             .workers
             .role(role)
             .ok_or(BookError::NoWorkers { role })?;
         let mut overlaps = OverlapPass::run(&state.index, hashes, &workers.ids, lengths, engines);
-        if let (Some(side), Some(now)) = (&state.side, now) {
-            overlaps = overlaps.with_predictions(side, now, merged_lengths);
+        if let Some(side) = &state.side {
+            overlaps = overlaps.with_predictions(side, self.clock.now(), merged_lengths);
         }
         let candidates = candidates.refresh(
             workers,
