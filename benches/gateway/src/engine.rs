@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use kv_router_service::engine_event::{BlockRemoved, BlockStored, EngineEvent, EngineEventBatch};
 use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
 use parking_lot::Mutex;
@@ -646,6 +647,12 @@ pub async fn start(count: usize, options: EngineOptions) -> std::io::Result<Vec<
         let http = format!("http://{}", listener.local_addr()?);
         let app = router(engine);
         tokio::spawn(async move {
+            // Real engines answer with Nagle off (uvicorn's asyncio transports set
+            // TCP_NODELAY), so a streamed answer's last small chunks are not held back waiting
+            // for the client's delayed ACK.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(error) = axum::serve(listener, app).await {
                 eprintln!("fake engine: server stopped: {error}");
             }
