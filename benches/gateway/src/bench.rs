@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Gateways to run, in order (direct first: the others' added latency is against it).
+    /// Besides the default list: `ours-predicted`, `ours-nohints`, and `nginx` (a plain
+    /// reverse proxy, the floor of one HTTP hop).
     #[arg(
         long,
         value_delimiter = ',',
@@ -650,9 +652,16 @@ fn gateway_command(
             argv.extend(["--log-level", "warning"].map(String::from));
             args.venv.join("bin/vllm-router")
         }
+        "nginx" => {
+            // The floor of one plain proxy hop: no tokenizing, no routing but round robin.
+            let config = nginx_config(&args.log_dir, port, &urls)?;
+            argv.extend(["-p".to_owned(), args.log_dir.display().to_string()]);
+            argv.extend(["-c".to_owned(), config.display().to_string()]);
+            which("nginx").ok_or("nginx is not on PATH (Debian: apt-get install nginx-light)")?
+        }
         other => {
             return Err(format!(
-                "unknown gateway `{other}` (direct, ours, ours-affine, ours-predicted, ours-nohints, sglang, vllm, vllm-kv)"
+                "unknown gateway `{other}` (direct, ours, ours-affine, ours-predicted, ours-nohints, sglang, vllm, vllm-kv, nginx)"
             ));
         }
     };
@@ -660,6 +669,49 @@ fn gateway_command(
         return Err(format!("{} does not exist", program.display()));
     }
     Ok((program, argv))
+}
+
+/// Writes an nginx configuration that proxies `port` to `engines` round robin, one worker
+/// process in the foreground, upstream connections kept alive and answers not buffered (as
+/// a streaming gateway must), logs off; returns its path.
+fn nginx_config(log_dir: &Path, port: u16, engines: &[String]) -> Result<PathBuf, String> {
+    let log_dir = absolute(log_dir);
+    let servers: String = engines
+        .iter()
+        .map(|url| format!("    server {};\n", url.trim_start_matches("http://")))
+        .collect();
+    let temp = log_dir.join("nginx-temp");
+    std::fs::create_dir_all(&temp).map_err(|e| format!("{}: {e}", temp.display()))?;
+    let t = temp.display();
+    let text = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {pid};\n\
+         error_log {log} warn;\nevents {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {t}/body;\n\
+         proxy_temp_path {t}/proxy;\n  fastcgi_temp_path {t}/fastcgi;\n\
+         uwsgi_temp_path {t}/uwsgi;\n  scgi_temp_path {t}/scgi;\n\
+         client_max_body_size 16m;\n  client_body_buffer_size 1m;\n\
+         keepalive_requests 1000000;\n\
+         upstream engines {{\n{servers}    keepalive 128;\n  }}\n\
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+         proxy_pass http://engines;\n      proxy_http_version 1.1;\n\
+         proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
+         proxy_request_buffering on;\n    }}\n  }}\n}}\n",
+        pid = log_dir.join("nginx.pid").display(),
+        log = log_dir.join("nginx-error.log").display(),
+    );
+    let path = log_dir.join("nginx.conf");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The first `name` on PATH.
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .chain([PathBuf::from("/usr/sbin")])
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
 }
 
 fn absolute(path: &Path) -> PathBuf {
