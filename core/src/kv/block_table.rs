@@ -7,8 +7,8 @@
 //! doubling table can sit at 44 %, and at a million blocks its slots would cost more than
 //! the slab). Linear probing in Robin Hood order (along a run, the entries' home slots never
 //! go down), so a probe for an absent key stops at the first entry that lies nearer its home
-//! than the key would, instead of at the end of the run (at 7/8 full, about 4.5 slots read
-//! instead of about 32); backward-shift deletion (no tombstones); at most 2^32 slots.
+//! than the key would, instead of at the end of the run (at 7/8 full, an expected 4.5 slots
+//! read instead of 32); backward-shift deletion (no tombstones); at most 2^32 slots.
 
 use super::huge_page_array::HugePageArray;
 use super::index_hasher::mix;
@@ -133,18 +133,32 @@ impl BlockTable {
         mut is_key: impl FnMut(u32) -> bool,
     ) -> Result<u32, Vacancy> {
         let tag = hash & TAG;
-        let home = self.home(hash);
-        let mut at = home;
+        self.walk(hash, |slot| slot & TAG == tag && is_key(block_of(slot)))
+            .map(|at| block_of(self.slots[at]))
+            .map_err(|at| Vacancy { at })
+    }
+
+    /// Walks the run from the home slot of `hash` (a key's hash, or an occupied slot) in Robin
+    /// Hood order: `Ok` with the first slot for which `wanted` holds, else `Err` with where the
+    /// walk ended, the slot an insert of `hash` would take (empty, or held by an entry nearer
+    /// its home); `Err(None)` in a table with no slots.
+    #[inline]
+    fn walk(
+        &self,
+        hash: u64,
+        mut wanted: impl FnMut(Slot) -> bool,
+    ) -> Result<usize, Option<usize>> {
+        let mut at = self.home(hash);
         let mut distance = 0;
         loop {
             let Some(&slot) = self.slots.get(at) else {
-                return Err(Vacancy { at: None });
+                return Err(None);
             };
             if slot == 0 || self.distance(self.home(slot), at) < distance {
-                return Err(Vacancy { at: Some(at) });
+                return Err(Some(at));
             }
-            if slot & TAG == tag && is_key(block_of(slot)) {
-                return Ok(block_of(slot));
+            if wanted(slot) {
+                return Ok(at);
             }
             at = self.next(at);
             distance += 1;
@@ -178,17 +192,12 @@ impl BlockTable {
     /// Puts `slot` where Robin Hood order wants it: after every entry of its run whose home
     /// comes no later than its own.
     fn place(&mut self, slot: Slot) {
-        let mut at = self.home(slot);
-        let mut distance = 0;
-        loop {
-            let resident = self.slots[at];
-            if resident == 0 || self.distance(self.home(resident), at) < distance {
-                break;
-            }
-            at = self.next(at);
-            distance += 1;
+        match self.walk(slot, |_| false) {
+            Err(Some(at)) => self.shift_in(at, slot),
+            _ => unreachable!(
+                "a table being filed into has slots, and a walk that wants nothing ends unfound"
+            ),
         }
-        self.shift_in(at, slot);
     }
 
     /// Writes `slot` at `at`, moving the entries from `at` to the end of their run one slot
@@ -217,19 +226,9 @@ impl BlockTable {
     /// their home move one slot back). Returns whether it was filed.
     pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
         let wanted = slot_of(hash, block);
-        let mut at = self.home(hash);
-        let mut distance = 0;
-        loop {
-            match self.slots.get(at) {
-                None | Some(0) => return false,
-                Some(slot) if *slot == wanted => break,
-                Some(slot) if self.distance(self.home(*slot), at) < distance => return false,
-                Some(_) => {
-                    at = self.next(at);
-                    distance += 1;
-                }
-            }
-        }
+        let Ok(at) = self.walk(hash, |slot| slot == wanted) else {
+            return false;
+        };
         let mut gap = at;
         let mut next = self.next(gap);
         while self.slots[next] != 0 && self.home(self.slots[next]) != next {
