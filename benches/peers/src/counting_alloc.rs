@@ -48,7 +48,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
-/// Heap bytes allocated and not yet freed, process-wide.
+/// Heap bytes allocated and not yet freed, process-wide, plus the bytes our index maps straight
+/// from the kernel for its large tables (which no global allocator sees).
 pub fn live_bytes() -> isize {
-    LIVE.load(Ordering::Relaxed)
+    LIVE.load(Ordering::Relaxed) + ours::kv::mapped_bytes() as isize
 }

@@ -1,10 +1,11 @@
 //! The synthetic ingest by phase: the events of each eighth of the workers (which apply in
 //! worker order), timed one event at a time, so that what a new block costs and what a block
 //! other workers stored before costs show apart, and so does growing (ours growing as it fills
-//! against ours sized up front). `--only ingest-phases`.
+//! against ours sized up front). Once with blocks named by sequence hash and once by ids of
+//! the engines' own (which ours files in a second table). `--only ingest-phases`.
 
 use crate::engines::{self, Engine, Ours, UpstreamRadix};
-use crate::workload::{Change, Workload};
+use crate::workload::{BlockIds, Change, Workload};
 use indicatif::ProgressBar;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -23,20 +24,22 @@ struct Phase {
 }
 
 /// The per-phase table of `ingests` ingests per engine into fresh engines, the engines taking
-/// turns.
-pub fn table(workload: &Workload, ingests: usize, progress: &ProgressBar) -> String {
+/// turns, with blocks named as `ids` says.
+pub fn table(workload: &Workload, ingests: usize, ids: BlockIds, progress: &ProgressBar) -> String {
     let mut phases = phases_of(workload);
     let distinct = engines::distinct_blocks_at_end(workload);
     let (workers, size) = (workload.workers, workload.block_size);
     progress.set_length(3 * ingests as u64);
     progress.set_message("ingest phases, the engines in turns");
     for _ in 0..ingests {
-        time_events(Ours::new(workers, size), workload, &mut phases, 0);
+        let growing = Ours::new(workers, size).with_ids(ids);
+        time_events(growing, workload, &mut phases, 0);
         progress.inc(1);
-        let sized = Ours::with_capacity(workers, size, distinct);
+        let sized = Ours::with_capacity(workers, size, distinct).with_ids(ids);
         time_events(sized, workload, &mut phases, 1);
         progress.inc(1);
-        time_events(UpstreamRadix::new(size), workload, &mut phases, 2);
+        let radix = UpstreamRadix::new(size).with_ids(ids);
+        time_events(radix, workload, &mut phases, 2);
         progress.inc(1);
     }
     render(&phases, workload.workers, ingests)

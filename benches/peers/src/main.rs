@@ -345,11 +345,19 @@ fn main() -> ExitCode {
         workload
     });
     if let Some(workload) = synthetic.as_ref().filter(|_| named("ingest-phases")) {
-        let bar = progress_bar();
-        let table = ingest_phases::table(workload, rounds.ingest_runs, &bar);
-        bar.finish_and_clear();
-        println!("### Ingest by phase: {}\n\n{table}\n", workload.name);
-        println!("(load average after: {})\n", load_average());
+        for (ids, named_by) in [
+            (BlockIds::Sequence, "blocks named by sequence hash"),
+            (BlockIds::Own, "blocks named by ids of the engines' own"),
+        ] {
+            let bar = progress_bar();
+            let table = ingest_phases::table(workload, rounds.ingest_runs, ids, &bar);
+            bar.finish_and_clear();
+            println!(
+                "### Ingest by phase: {}, {named_by}\n\n{table}\n",
+                workload.name
+            );
+            println!("(load average after: {})\n", load_average());
+        }
     }
     if wants("dump") {
         mismatches += dump_checks(synthetic.as_ref(), args.trace.as_deref(), &args);

@@ -1,14 +1,21 @@
 //! An open-addressing table from a 64-bit block key (a sequence or engine hash) to a slab
 //! index: a slot is one `u64` holding the high 32 bits of the key's hash (its tag) and the
 //! slab index, so a probe usually touches one cache line and reads the slab (where the keys
-//! live) only for a slot whose tag matches. The home slot is computed from the tag alone
-//! (`tag · slots / 2^32`), so growing and deleting never read the slab, and the slot count
-//! need not be a power of two: the table grows by half, which keeps it 58–88 % full (a
-//! doubling table can sit at 44 %, and at a million blocks its slots would cost more than
-//! the slab). Linear probing in Robin Hood order (along a run, the entries' home slots never
-//! go down), so a probe for an absent key stops at the first entry that lies nearer its home
-//! than the key would, instead of at the end of the run (at 7/8 full, an expected 4.5 slots
-//! read instead of 32); backward-shift deletion (no tombstones); at most 2^32 slots.
+//! live) only for a slot whose tag matches.
+//!
+//! The home slot is computed from the tag alone (`tag · homes / 2^32`), so growing and
+//! deleting never read the slab, and the slot count need not be a power of two: the table
+//! grows by half, which keeps it 58–88 % full (a doubling table can sit at 44 %, and at a
+//! million blocks its slots would cost more than the slab).
+//!
+//! Linear probing with the entries in the order of their tags: homes rise with tags, and a
+//! run never wraps around the end (the last runs spill into a few slots past the last home,
+//! which double when a run reaches their end), so the whole table reads in tag order. A probe
+//! therefore stops at the first slot that is empty or holds a greater tag, one comparison per
+//! slot (at 7/8 full, a probe for an absent key reads an expected 4.5 slots, where stopping
+//! only at an empty slot would read 32), and growing streams: the entries, read in order,
+//! each go to their new home or right after the entry before, with no probe. Deletion shifts
+//! the displaced entries after the removed one back (no tombstones). At most 2^32 homes.
 
 use super::huge_page_array::HugePageArray;
 use super::index_hasher::mix;
@@ -22,16 +29,22 @@ const SLOTS_PER_LINE: usize = 8;
 /// The tag half of a slot.
 const TAG: u64 = 0xFFFF_FFFF_0000_0000;
 
+/// The slots past the last home a table starts with, for the runs that reach its top.
+const SPILL: usize = 64;
+
 /// Key hash → slab index, with the keys kept by the caller.
 #[derive(Default)]
 pub(crate) struct BlockTable {
+    /// The homes, then the spill.
     slots: HugePageArray,
+    /// How many slots are homes: `[0, homes)`.
+    homes: usize,
     len: usize,
 }
 
 /// Where [`BlockTable::find_or_vacancy`] found a key absent: the slot ending its probe, empty
-/// or held by an entry nearer its home (`None` in a table with no slots yet, or
-/// [`Vacancy::UNPROBED`] when no probe ran; then [`BlockTable::fill`] places the entry
+/// or holding a greater tag, or one past the last slot (`None` in a table with no slots yet,
+/// or [`Vacancy::UNPROBED`] when no probe ran; then [`BlockTable::fill`] places the entry
 /// itself).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Vacancy {
@@ -60,12 +73,22 @@ fn block_of(slot: Slot) -> u32 {
     (slot as u32).wrapping_sub(1)
 }
 
+/// Whether a walk for a key hashed to `hash` stops at `slot`: it is empty, or its tag is
+/// greater. One comparison: an occupied slot less one is its tag and block index (at most
+/// `u32::MAX - 1`), below `hash`'s tag with all low bits set unless its tag is greater; an
+/// empty slot less one is the largest `u64`, so even the largest tag stops there.
+#[inline]
+fn ends_walk(slot: Slot, hash: u64) -> bool {
+    slot.wrapping_sub(1) >= hash | !TAG
+}
+
 impl BlockTable {
     /// A table with room for `blocks` entries before it grows.
     pub(crate) fn with_capacity(blocks: usize) -> Self {
         let mut table = Self::default();
         if blocks > 0 {
-            table.slots = HugePageArray::zeroed(capacity_for(blocks));
+            table.homes = capacity_for(blocks);
+            table.slots = HugePageArray::zeroed(table.homes + SPILL);
         }
         table
     }
@@ -78,23 +101,13 @@ impl BlockTable {
     /// The slot where the probe for a key hashed to `hash` (or a slot's tag) starts.
     #[inline]
     fn home(&self, hash: u64) -> usize {
-        (((hash >> 32) * self.slots.len() as u64) >> 32) as usize
-    }
-
-    /// The slot after `at`, wrapping around.
-    #[inline]
-    fn next(&self, at: usize) -> usize {
-        if at + 1 == self.slots.len() {
-            0
-        } else {
-            at + 1
-        }
+        (((hash >> 32) * self.homes as u64) >> 32) as usize
     }
 
     /// Hints the CPU to load the slots where the probe for `hash` starts, two cache lines of
     /// them (a store prefetches the slots of the blocks after the one it is storing, so their
     /// misses overlap; a probe for a key that is absent, as for every new block, reads on
-    /// until an entry nearer its home, which at 7/8 full can reach into the next line).
+    /// until a greater tag, which at 7/8 full can reach into the next line).
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
         let home = self.home(hash);
@@ -106,16 +119,6 @@ impl BlockTable {
         }
     }
 
-    /// How far `at` lies past `home`, wrapping around.
-    #[inline]
-    fn distance(&self, home: usize, at: usize) -> usize {
-        if at >= home {
-            at - home
-        } else {
-            at + self.slots.len() - home
-        }
-    }
-
     /// The slab index filed under `hash` for which `is_key` holds.
     #[inline]
     pub(crate) fn find(&self, hash: u64, is_key: impl FnMut(u32) -> bool) -> Option<u32> {
@@ -123,9 +126,9 @@ impl BlockTable {
     }
 
     /// [`BlockTable::find`], or where `hash`'s key would go when it is absent: the probe
-    /// for an absent key ends at the slot an insert would take (empty, or held by an entry
-    /// nearer its home, which the insert shifts along), so [`BlockTable::fill`] can file it
-    /// there without walking the run again.
+    /// for an absent key ends at the slot an insert would take (empty, or holding a greater
+    /// tag, which the insert shifts along), so [`BlockTable::fill`] can file it there without
+    /// walking the run again.
     #[inline]
     pub(crate) fn find_or_vacancy(
         &self,
@@ -138,31 +141,30 @@ impl BlockTable {
             .map_err(|at| Vacancy { at })
     }
 
-    /// Walks the run from the home slot of `hash` (a key's hash, or an occupied slot) in Robin
-    /// Hood order: `Ok` with the first slot for which `wanted` holds, else `Err` with where the
-    /// walk ended, the slot an insert of `hash` would take (empty, or held by an entry nearer
-    /// its home); `Err(None)` in a table with no slots.
+    /// Walks the run from the home slot of `hash` (a key's hash, or an occupied slot) in tag
+    /// order: `Ok` with the first slot for which `wanted` holds, else `Err` with where the walk
+    /// ended, the slot an insert of `hash` would take (empty, holding a greater tag, or one
+    /// past the last slot); `Err(None)` in a table with no slots.
     #[inline]
     fn walk(
         &self,
         hash: u64,
         mut wanted: impl FnMut(Slot) -> bool,
     ) -> Result<usize, Option<usize>> {
+        if self.slots.is_empty() {
+            return Err(None);
+        }
         let mut at = self.home(hash);
-        let mut distance = 0;
-        loop {
-            let Some(&slot) = self.slots.get(at) else {
-                return Err(None);
-            };
-            if slot == 0 || self.distance(self.home(slot), at) < distance {
+        while let Some(&slot) = self.slots.get(at) {
+            if ends_walk(slot, hash) {
                 return Err(Some(at));
             }
             if wanted(slot) {
                 return Ok(at);
             }
-            at = self.next(at);
-            distance += 1;
+            at += 1;
         }
+        Err(Some(at))
     }
 
     /// Files `block` under `hash` at `vacancy`, which [`BlockTable::find_or_vacancy`] returned
@@ -172,7 +174,7 @@ impl BlockTable {
     #[inline(always)]
     pub(crate) fn fill(&mut self, vacancy: Vacancy, hash: u64, block: u32) {
         match vacancy.at {
-            Some(at) if (self.len + 1) * 8 <= self.slots.len() * 7 => {
+            Some(at) if (self.len + 1) * 8 <= self.homes * 7 => {
                 self.shift_in(at, slot_of(hash, block));
                 self.len += 1;
             }
@@ -182,15 +184,15 @@ impl BlockTable {
 
     /// Files `block` under `hash` (the caller checked that its key is not present).
     pub(crate) fn insert(&mut self, hash: u64, block: u32) {
-        if (self.len + 1) * 8 > self.slots.len() * 7 {
+        if (self.len + 1) * 8 > self.homes * 7 {
             self.grow();
         }
         self.place(slot_of(hash, block));
         self.len += 1;
     }
 
-    /// Puts `slot` where Robin Hood order wants it: after every entry of its run whose home
-    /// comes no later than its own.
+    /// Puts `slot` where tag order wants it: after every entry of its run whose tag is not
+    /// greater.
     fn place(&mut self, slot: Slot) {
         match self.walk(slot, |_| false) {
             Err(Some(at)) => self.shift_in(at, slot),
@@ -201,40 +203,76 @@ impl BlockTable {
     }
 
     /// Writes `slot` at `at`, moving the entries from `at` to the end of their run one slot
-    /// along (each stays in order, one slot further from its home).
+    /// along (each stays in order, one slot further from its home); the spill doubles when
+    /// the run reaches the last slot.
     #[inline]
     fn shift_in(&mut self, mut at: usize, mut slot: Slot) {
         loop {
-            let resident = std::mem::replace(&mut self.slots[at], slot);
+            let Some(resident) = self.slots.get_mut(at) else {
+                self.double_spill();
+                continue;
+            };
+            let resident = std::mem::replace(resident, slot);
             if resident == 0 {
                 return;
             }
             slot = resident;
-            at = self.next(at);
+            at += 1;
         }
+    }
+
+    /// Doubles the slots past the last home (at least [`SPILL`] more), keeping every entry
+    /// where it is.
+    #[cold]
+    fn double_spill(&mut self) {
+        let spill = (self.slots.len() - self.homes).max(SPILL);
+        let mut slots = HugePageArray::zeroed(self.slots.len() + spill);
+        slots[..self.slots.len()].copy_from_slice(&self.slots);
+        self.slots = slots;
     }
 
     fn grow(&mut self) {
-        let capacity = capacity_for(self.len + 1).max(self.slots.len() + self.slots.len() / 2);
-        let old = std::mem::replace(&mut self.slots, HugePageArray::zeroed(capacity));
-        for slot in old.iter().copied().filter(|slot| *slot != 0) {
-            self.place(slot);
+        let homes = capacity_for(self.len + 1).max(self.homes + self.homes / 2);
+        let old = std::mem::replace(&mut self.slots, HugePageArray::zeroed(homes + SPILL));
+        self.homes = homes;
+        self.refile(&old);
+    }
+
+    /// Files the entries of `old`, a table in tag order, into these slots, empty and with at
+    /// least as many homes, in one pass: along `old` the entries come in tag order, hence in
+    /// the order of their new homes, so each goes to its new home or, when that is taken,
+    /// right after the entry before it. Reading and writing both stream, where filing one
+    /// entry at a time would probe the new table at random.
+    fn refile(&mut self, old: &[Slot]) {
+        let mut next_free = 0;
+        for &slot in old {
+            // Without a branch on empty slots (an eighth of them, at random): an empty slot
+            // (home 0) writes its 0 at `next_free`, which nothing holds yet, and moves nothing.
+            let at = self.home(slot).max(next_free);
+            if at >= self.slots.len() {
+                if slot == 0 {
+                    continue;
+                }
+                self.double_spill();
+            }
+            self.slots[at] = slot;
+            next_free = at + usize::from(slot != 0);
         }
     }
 
-    /// Removes `block`, filed under `hash` (the entries after it in its run that are not at
-    /// their home move one slot back). Returns whether it was filed.
+    /// Removes `block`, filed under `hash` (the displaced entries after it in its run move one
+    /// slot back). Returns whether it was filed.
     pub(crate) fn remove(&mut self, hash: u64, block: u32) -> bool {
         let wanted = slot_of(hash, block);
-        let Ok(at) = self.walk(hash, |slot| slot == wanted) else {
+        let Ok(mut gap) = self.walk(hash, |slot| slot == wanted) else {
             return false;
         };
-        let mut gap = at;
-        let mut next = self.next(gap);
-        while self.slots[next] != 0 && self.home(self.slots[next]) != next {
-            self.slots[gap] = self.slots[next];
-            gap = next;
-            next = self.next(next);
+        while let Some(&next) = self.slots.get(gap + 1)
+            && next != 0
+            && self.home(next) <= gap
+        {
+            self.slots[gap] = next;
+            gap += 1;
         }
         self.slots[gap] = 0;
         self.len -= 1;
@@ -242,12 +280,12 @@ impl BlockTable {
     }
 }
 
-/// The slot count that keeps `blocks` entries at most 7/8 full (at least 8 slots).
+/// The home count that keeps `blocks` entries at most 7/8 full (at least 8 homes).
 fn capacity_for(blocks: usize) -> usize {
     let capacity = (blocks * 8).div_ceil(7).max(8);
     assert!(
         capacity <= 1 << 32,
-        "the block table holds at most 2^32 slots"
+        "the block table holds at most 2^32 homes"
     );
     capacity
 }
@@ -416,35 +454,33 @@ mod tests {
         }
     }
 
-    /// Panics unless every run is in Robin Hood order: an entry away from its home follows an
-    /// entry at most one slot nearer its own home.
-    fn assert_robin_hood_order(table: &BlockTable) {
-        let slots = table.slots.len();
-        for at in 0..slots {
-            let slot = table.slots[at];
+    /// Panics unless the table reads in tag order, each entry at or after its home with no
+    /// empty slot between, and holds as many entries as it counts.
+    fn assert_in_tag_order(table: &BlockTable) {
+        let mut previous_tag = 0;
+        let mut entries = 0;
+        for (at, &slot) in table.slots.iter().enumerate() {
             if slot == 0 {
                 continue;
             }
-            let distance = table.distance(table.home(slot), at);
-            if distance == 0 {
-                continue;
-            }
-            let before = (at + slots - 1) % slots;
-            let previous = table.slots[before];
-            assert_ne!(
-                previous, 0,
-                "slot {at} is {distance} from home after an empty slot"
-            );
-            let previous_distance = table.distance(table.home(previous), before);
+            entries += 1;
+            let home = table.home(slot);
             assert!(
-                distance <= previous_distance + 1,
-                "slot {at} is {distance} from home after one {previous_distance} from its own"
+                slot & TAG >= previous_tag,
+                "slot {at}'s tag is below the one before"
+            );
+            previous_tag = slot & TAG;
+            assert!(home <= at, "slot {at} lies before its home {home}");
+            assert!(
+                home == at || table.slots[at - 1] != 0,
+                "slot {at} (home {home}) follows an empty slot"
             );
         }
+        assert_eq!(entries, table.len(), "entries against the count");
     }
 
     #[test]
-    fn runs_stay_in_robin_hood_order_through_fills_inserts_removals_and_growth() {
+    fn runs_stay_in_tag_order_through_fills_inserts_removals_and_growth() {
         let keys = keys(6_000);
         let mut table = BlockTable::default();
         for (block, key) in keys.iter().enumerate() {
@@ -454,14 +490,97 @@ mod tests {
                 Ok(_) => panic!("key {block} found before it was filed"),
             }
         }
-        assert_robin_hood_order(&table);
+        assert_in_tag_order(&table);
         for (block, key) in keys.iter().enumerate().filter(|(block, _)| block % 3 == 0) {
             assert!(table.remove(key_hash(*key), block as u32));
         }
-        assert_robin_hood_order(&table);
+        assert_in_tag_order(&table);
         for (block, key) in keys.iter().enumerate() {
             let found = table.find(key_hash(*key), |b| keys[b as usize] == *key);
             assert_eq!(found, (block % 3 != 0).then_some(block as u32));
+        }
+    }
+
+    #[test]
+    fn runs_reaching_the_top_spill_past_the_last_home_and_shrink_back() {
+        // A third of the tags crowd the top of the range: their run outgrows the spill (which
+        // doubles), through growth and removals.
+        let hashes: Vec<u64> = (0..3_000u64)
+            .map(|i| {
+                let tag = if i % 3 == 0 {
+                    u32::MAX - (i % 5) as u32
+                } else {
+                    key_hash(i) as u32
+                };
+                (u64::from(tag) << 32) | i
+            })
+            .collect();
+        let mut table = BlockTable::with_capacity(16);
+        for (block, hash) in hashes.iter().enumerate() {
+            table.insert(*hash, block as u32);
+        }
+        assert!(
+            table.slots.len() - table.homes > 2 * SPILL,
+            "the spill never doubled"
+        );
+        assert_in_tag_order(&table);
+        for (block, hash) in hashes.iter().enumerate().filter(|(b, _)| b % 2 == 0) {
+            assert!(table.remove(*hash, block as u32), "block {block}");
+        }
+        assert_in_tag_order(&table);
+        for (block, hash) in hashes.iter().enumerate() {
+            let found = table.find(*hash, |b| b == block as u32);
+            assert_eq!(
+                found,
+                (block % 2 == 1).then_some(block as u32),
+                "block {block}"
+            );
+        }
+    }
+
+    #[test]
+    fn growing_refiles_every_entry_in_tag_order() {
+        let keys = keys(20_000);
+        let mut table = BlockTable::with_capacity(100);
+        for (block, key) in keys.iter().enumerate() {
+            table.insert(key_hash(*key), block as u32);
+            if block.is_power_of_two() {
+                assert_in_tag_order(&table);
+            }
+        }
+        let mut grown = BlockTable {
+            homes: table.homes * 5 / 2,
+            slots: HugePageArray::zeroed(table.homes * 5 / 2 + SPILL),
+            len: table.len,
+        };
+        grown.refile(&table.slots);
+        assert_in_tag_order(&grown);
+        for (block, key) in keys.iter().enumerate() {
+            let found = grown.find(key_hash(*key), |b| keys[b as usize] == *key);
+            assert_eq!(found, Some(block as u32), "block {block}");
+        }
+    }
+
+    #[test]
+    fn a_walk_stops_at_an_empty_slot_or_a_greater_tag_for_every_tag() {
+        let largest_block = u32::MAX - 1;
+        for tag in [0u64, 1, 0x8000_0000, 0xFFFF_FFFE, 0xFFFF_FFFF] {
+            let hash = (tag << 32) | 0x1234;
+            assert!(ends_walk(0, hash), "tag {tag:#x}: an empty slot");
+            for block in [0, 7, largest_block] {
+                assert!(
+                    !ends_walk(slot_of(hash, block), hash),
+                    "tag {tag:#x}: equal"
+                );
+                if tag > 0 {
+                    let lower = slot_of((tag - 1) << 32, block);
+                    assert!(!ends_walk(lower, hash), "tag {tag:#x}: lower");
+                }
+                if tag < 0xFFFF_FFFF {
+                    let greater = slot_of((tag + 1) << 32, block);
+                    assert!(ends_walk(greater, hash), "tag {tag:#x}: greater");
+                }
+            }
         }
     }
 

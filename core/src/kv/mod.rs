@@ -29,6 +29,7 @@ pub use hashing::{
     salt_seed, sequence_hashes, sequence_hashes_for_request, sequence_hashes_for_tokens,
     sequence_hashes_from_block_ids, sequence_hashes_iter,
 };
+pub use huge_page_array::mapped_bytes;
 pub use index::{
     BatchProgress, DumpError, IndexCounters, IndexOptions, KvIndex, RecordedEngines, ReplayRequest,
     WorkerIndexState,
