@@ -34,6 +34,7 @@ pub mod reservations;
 pub mod resubscription;
 pub mod selection;
 pub mod selection_answer;
+pub mod selection_id;
 pub mod selection_request;
 pub mod selection_response;
 pub mod selection_service;

@@ -6,6 +6,7 @@ use crate::partition::Partition;
 use crate::prompt::NormalizedPrompt;
 use crate::replica::LocalBooking;
 use crate::reservations::PendingSelection;
+use crate::selection_id::new_selection_id;
 use crate::selection_request::{PromptRequest, SelectRequest, WorkerRank};
 use crate::selection_response::SelectResponse;
 use crate::selection_service::{BookedRequest, SelectionService};
@@ -57,7 +58,7 @@ impl SelectionService {
                 request
                     .selection_id
                     .clone()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                    .unwrap_or_else(new_selection_id),
             ),
             Admission::Query => request.selection_id.clone(),
         };
