@@ -3,15 +3,16 @@
 //!
 //! The block tables are probed at random: with 4 KiB pages, a table of a few megabytes spans
 //! more pages than the TLB covers, so most probes also walk the page tables, and filling a fresh
-//! table after it grows faults once per 4 KiB. On Linux, arrays of at least [`HUGE_PAGE`] bytes
-//! are therefore mapped straight from the kernel, aligned to a huge page and advised with
-//! `MADV_HUGEPAGE` before they are first written, which lets Linux (with transparent huge pages
-//! in `madvise` or `always` mode) back them with 2 MiB pages. A fresh anonymous mapping reads
-//! as zeros until it is written, so such an array is never written to be zeroed: a table that
-//! grows writes each page of its new slots once, when it refiles its entries, instead of once
-//! to zero them and again to refile. The advice is a hint: where it is unavailable or refused,
-//! the array works the same on small pages. Smaller arrays, and every array elsewhere, are
-//! ordinary zeroed allocations.
+//! table after it grows faults once per 4 KiB. On Linux, arrays of at least [`MAPPED_FROM`]
+//! bytes are therefore mapped straight from the kernel, aligned to a huge page, advised with
+//! `MADV_HUGEPAGE` (which lets Linux, with transparent huge pages in `madvise` or `always` mode,
+//! back each whole 2 MiB stretch with one huge page) and populated at once with
+//! `MADV_POPULATE_WRITE` (one call maps every page, instead of one fault per page at its first
+//! write; kernels before 5.14 refuse it, and then the pages fault in as they are written). A
+//! fresh anonymous mapping reads as zeros, so such an array is never written to be zeroed: a
+//! grown table's new slots are written once, when its entries are refiled. The advice is a hint: where it is unavailable or refused, the array
+//! works the same on small pages. Smaller arrays, and every array elsewhere, are ordinary
+//! zeroed allocations.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
 use std::ops::{Deref, DerefMut};
