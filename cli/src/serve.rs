@@ -141,12 +141,17 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|error| serve_error(format!("cannot start the async runtime: {error}")))?;
+    // Engines' KV events are applied on a thread of their own, off the request threads.
+    let ingest = kv_router_service::ingest_thread::IngestThread::start()
+        .map_err(|error| serve_error(format!("cannot start the KV ingest thread: {error}")))?;
     let admin = AdminSetup {
         loader,
         source,
         token: admin_token,
     };
-    runtime.block_on(serve(args, setup, nats, admin, out))
+    let served = runtime.block_on(serve(args, setup, nats, admin, ingest.handle(), out));
+    drop(ingest);
+    served
 }
 
 /// Logs go to standard error, filtered by `RUST_LOG` (default: warnings and errors; e.g.
@@ -207,6 +212,7 @@ async fn serve(
     setup: RouterSetup,
     nats: Option<crate::serve_nats::EffectiveNats>,
     admin: AdminSetup,
+    ingest: tokio::runtime::Handle,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let block_size = setup.block_size;
@@ -227,10 +233,9 @@ async fn serve(
     } else if let Some(nats) = &nats_ingress {
         Arc::clone(nats) as _
     } else {
-        Arc::new(ZmqIngress::new(
-            Arc::new(ZmqTransport),
-            ListenerOptions::default(),
-        ))
+        Arc::new(
+            ZmqIngress::new(Arc::new(ZmqTransport), ListenerOptions::default()).on_runtime(ingest),
+        )
     };
     let bookings = Arc::new(SimulatedBookings::default());
     let approximate = if args.no_kv_events {

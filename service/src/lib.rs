@@ -18,6 +18,7 @@ pub mod event_transport;
 pub mod gateway;
 pub mod http;
 pub mod ingest_stats;
+pub mod ingest_thread;
 pub mod ingress;
 pub mod json_body;
 pub mod kv_listener;

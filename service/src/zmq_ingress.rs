@@ -7,12 +7,16 @@ use crate::kv_listener::{KvListener, ListenerOptions, ListenerSpec};
 use crate::partition::Partition;
 use crate::worker_record::WorkerCatalogRecord;
 use std::sync::Arc;
+use tokio::runtime::Handle;
 
 /// One listener per worker rank, on `transport`.
 pub struct ZmqIngress {
     transport: Arc<dyn EventTransport>,
     options: ListenerOptions,
     stats: Arc<IngestStats>,
+    /// Where the listeners run: this runtime (an [`IngestThread`](crate::ingest_thread::IngestThread)'s),
+    /// or, when `None`, the runtime that attaches them.
+    runtime: Option<Handle>,
 }
 
 impl ZmqIngress {
@@ -22,6 +26,17 @@ impl ZmqIngress {
             transport,
             options,
             stats: Arc::default(),
+            runtime: None,
+        }
+    }
+
+    /// Runs the listeners on `runtime` (an
+    /// [`IngestThread`](crate::ingest_thread::IngestThread)'s) instead of the runtime that
+    /// attaches them, so that engines' events do not take the threads serving requests.
+    pub fn on_runtime(self, runtime: Handle) -> Self {
+        Self {
+            runtime: Some(runtime),
+            ..self
         }
     }
 
@@ -81,7 +96,10 @@ impl KvEventIngress for ZmqIngress {
                     Arc::clone(&self.transport),
                     Arc::clone(&self.stats),
                 );
-                tokio::spawn(listener.run()).abort_handle()
+                match &self.runtime {
+                    Some(runtime) => runtime.spawn(listener.run()).abort_handle(),
+                    None => tokio::spawn(listener.run()).abort_handle(),
+                }
             })
             .collect();
         Ok(AttachedIngress::new(tasks))
