@@ -15,9 +15,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Writes `yaml` to a file unique to this test and returns its path.
+/// Writes `yaml` to a file unique to this test, in Cargo's scratch directory for tests
+/// (`target/tmp`, not the system's temporary directory, which nothing would clean), and returns
+/// its path.
 fn config_file(test: &str, yaml: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kv-router-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kv-router-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{test}.yaml"));
     std::fs::write(&path, yaml).expect("config written");

@@ -512,9 +512,12 @@ fn the_schema_rejects_shape_mistakes_where_they_are() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Writes `yaml` to a file unique to this test and returns its path.
+/// Writes `yaml` to a file unique to this test, in Cargo's scratch directory for tests
+/// (`target/tmp`, not the system's temporary directory, which nothing would clean), and returns
+/// its path.
 fn config_file(name: &str, yaml: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("kv-router-config-schema-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kv-router-config-schema-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.yaml"));
     std::fs::write(&path, yaml).expect("config written");

@@ -23,8 +23,12 @@ fn run(args: &[&str]) -> (u8, String, String) {
     )
 }
 
+/// Writes `yaml` to a file unique to this test, in Cargo's scratch directory for tests
+/// (`target/tmp`, not the system's temporary directory, which nothing would clean), and returns
+/// its path.
 fn config_file(test: &str, yaml: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("kv-router-in-process-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kv-router-in-process-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{test}.yaml"));
     std::fs::write(&path, yaml).unwrap();
