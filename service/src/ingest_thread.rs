@@ -12,7 +12,6 @@
 //! with the events on a thread of their own (BENCHMARKS, issue 27). Upstream's indexer keeps
 //! its tree on a thread of its own for the same reason.
 
-use std::future::Future;
 use std::thread::JoinHandle;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -52,15 +51,6 @@ impl IngestThread {
     pub fn handle(&self) -> Handle {
         self.handle.clone()
     }
-
-    /// Spawns `task` on the thread.
-    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.handle.spawn(task)
-    }
 }
 
 impl Drop for IngestThread {
@@ -88,7 +78,11 @@ mod tests {
         let ingest = IngestThread::start().expect("an ingest thread");
         let name = ingest
             .handle()
-            .block_on(ingest.spawn(async { std::thread::current().name().map(str::to_owned) }))
+            .block_on(
+                ingest
+                    .handle()
+                    .spawn(async { std::thread::current().name().map(str::to_owned) }),
+            )
             .expect("the task ran");
         assert_eq!(name.as_deref(), Some("kv-ingest"));
         // A task that never ends is dropped with the thread.
@@ -100,7 +94,7 @@ mod tests {
             }
         }
         let guard = SetOnDrop(Arc::clone(&dropped));
-        let _task = ingest.spawn(async move {
+        let _task = ingest.handle().spawn(async move {
             let _guard = guard;
             std::future::pending::<()>().await;
         });

@@ -362,19 +362,26 @@ mod tests {
         assert_eq!(table.find(hashes[0], |b| b == 0), None);
     }
 
-    #[test]
-    fn growing_keeps_every_entry_reachable_after_removals_and_wrapping_runs() {
-        // Tags crowded at the top of the range make runs wrap around the end of the table.
-        let hashes: Vec<u64> = (0..4_000u64)
+    /// `count` hashes whose low half is their index; every third has one of the `spread`
+    /// largest tags, the rest tags spread over the range.
+    fn hashes_crowding_the_top(count: u64, spread: u64) -> Vec<u64> {
+        (0..count)
             .map(|i| {
                 let tag = if i % 3 == 0 {
-                    u32::MAX - (i % 64) as u32
+                    u32::MAX - (i % spread) as u32
                 } else {
                     key_hash(i) as u32
                 };
                 (u64::from(tag) << 32) | i
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn growing_keeps_every_entry_reachable_after_removals_and_runs_at_the_top() {
+        // Tags crowded at the top of the range make runs reach the end of the table (and
+        // spill past its last home).
+        let hashes = hashes_crowding_the_top(4_000, 64);
         let mut table = BlockTable::default();
         for (block, hash) in hashes.iter().enumerate() {
             table.insert(*hash, block as u32);
@@ -391,8 +398,8 @@ mod tests {
 
     #[test]
     fn growing_through_long_unordered_runs_keeps_every_entry_reachable() {
-        // Tags in a few narrow bands: runs hundreds of slots long, whose entries were filed out
-        // of order, which every growth re-places.
+        // Tags in a few narrow bands: runs hundreds of slots long, filed in no particular
+        // order, which every growth refiles.
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = || {
             state ^= state << 13;
@@ -505,16 +512,7 @@ mod tests {
     fn runs_reaching_the_top_spill_past_the_last_home_and_shrink_back() {
         // A third of the tags crowd the top of the range: their run outgrows the spill (which
         // doubles), through growth and removals.
-        let hashes: Vec<u64> = (0..3_000u64)
-            .map(|i| {
-                let tag = if i % 3 == 0 {
-                    u32::MAX - (i % 5) as u32
-                } else {
-                    key_hash(i) as u32
-                };
-                (u64::from(tag) << 32) | i
-            })
-            .collect();
+        let hashes = hashes_crowding_the_top(3_000, 5);
         let mut table = BlockTable::with_capacity(16);
         for (block, hash) in hashes.iter().enumerate() {
             table.insert(*hash, block as u32);
