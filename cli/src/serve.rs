@@ -224,7 +224,7 @@ async fn serve(
                 .snapshot
                 .as_ref()
                 .map(|_| std::time::Duration::from_secs(args.snapshot_interval));
-            Some(nats.connect(checkpoint_every, out).await?)
+            Some(nats.connect(checkpoint_every, ingest.clone(), out).await?)
         }
         _ => None,
     };

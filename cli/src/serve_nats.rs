@@ -122,12 +122,14 @@ impl NatsArgs {
 
 impl EffectiveNats {
     /// The NATS ingress, connected but not reading yet (the replica start begins it after
-    /// any snapshot is restored). With `checkpoint_every` (a `--snapshot` is kept)
+    /// any snapshot is restored); its consumer reads and applies the events on `ingest` (the
+    /// KV ingest thread's runtime). With `checkpoint_every` (a `--snapshot` is kept)
     /// acknowledgements follow the snapshot writes, and the server waits long enough for them
     /// before it redelivers.
     pub async fn connect(
         &self,
         checkpoint_every: Option<std::time::Duration>,
+        ingest: tokio::runtime::Handle,
         out: &mut dyn Write,
     ) -> Result<Arc<NatsIngress>, CommandError> {
         if checkpoint_every.is_some() && self.consumer.is_none() {
@@ -152,7 +154,7 @@ impl EffectiveNats {
             options.checkpointed = true;
             options.ack_wait = options.ack_wait.max(every * 3);
         }
-        let ingress = NatsIngress::connect(options.clone())
+        let ingress = NatsIngress::connect_on(options.clone(), ingest)
             .await
             .map_err(|error| serve_error(error.to_string()))?;
         writeln!(

@@ -1,7 +1,9 @@
 //! The thread engines' KV events are read and applied on: a current-thread tokio runtime on
 //! an OS thread of its own.
 //!
-//! Enters: the listener futures an ingress spawns on [`IngestThread::handle`]. Leaves:
+//! Enters: the futures an ingress spawns on [`IngestThread::handle`] (the ZMQ listeners of
+//! [`ZmqIngress::on_runtime`](crate::zmq_ingress::ZmqIngress::on_runtime), the JetStream
+//! consumer of [`NatsIngress::connect_on`](crate::nats::NatsIngress::connect_on)). Leaves:
 //! nothing; they apply their events to the partitions' indexes, behind the same locks as
 //! before.
 //!

@@ -3,7 +3,8 @@
 //! durable consumers. The server is restarted mid-stream, and so is a replica; at the end
 //! every replica's index equals a model of what the engines hold (no block lost, none counted
 //! twice), the replicas' `/overlap_scores` and `/loads` agree, events already applied and
-//! published again are rejected as duplicates, and garbage is counted and skipped.
+//! published again are rejected as duplicates, and garbage is counted and skipped. A
+//! consumer given the KV ingest thread applies its events there, and stops with it.
 //!
 //! Needs `nats-server` on PATH (or `KV_ROUTER_NATS_SERVER`); without it the tests print a
 //! `SKIPPED:` line (and fail under CI, whose `.ci/run` installs it).
@@ -473,4 +474,49 @@ async fn a_restarted_router_resumes_from_its_checkpoint_acknowledgement() {
     );
     assert_eq!(third.ingress.stats().messages.load(Ordering::Relaxed), 60);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_applies_events_on_the_ingest_thread_it_was_given() {
+    let test = "nats_events::the_consumer_applies_events_on_the_ingest_thread_it_was_given";
+    let Some(server) = NatsServer::start(test) else {
+        return;
+    };
+    let url = server.url();
+    let ingest = kv_router_service::ingest_thread::IngestThread::start().expect("ingest thread");
+    let options = options(&url, "router-ingest", Duration::from_secs(1));
+    let ingress = NatsIngress::connect_on(options, ingest.handle())
+        .await
+        .expect("NATS ingress");
+    let service = start_with(KVCR_YAML, Arc::clone(&ingress) as _).await;
+    register_workers(&mut service.client().await, 1..=WORKERS).await;
+    let replica = Replica { service, ingress };
+    replica.ingress.begin(None).await.expect("begin");
+    let publisher = NatsKvPublisher::connect(&url, "dynamo", "backend", "generate", 5)
+        .await
+        .expect("publisher");
+    let mut model = Model::default();
+    publish_rounds(&publisher, &mut model, 0..12).await;
+    assert!(
+        wait_until(WAIT, || index_matches(&replica, &model)).await,
+        "the consumer on the ingest thread applies every event"
+    );
+    // The consumer lives on that thread: once it stops, nothing more is applied, though the
+    // service's own runtime goes on.
+    tokio::task::block_in_place(|| drop(ingest));
+    let applied = replica.ingress.stats().events.load(Ordering::Relaxed);
+    publish_rounds(&publisher, &mut model, 12..15).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        replica.ingress.stats().events.load(Ordering::Relaxed),
+        applied,
+        "events were applied after the ingest thread stopped"
+    );
+    assert!(!index_matches(&replica, &model));
+    let mut client = replica.service.client().await;
+    let loads = client
+        .get("/loads")
+        .await
+        .expect("the service still answers");
+    expect_status(&loads, 200);
 }

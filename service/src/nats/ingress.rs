@@ -37,6 +37,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::runtime::Handle;
 
 /// What the consumer did, rendered into `/metrics` as `kv_router_nats_*`.
 #[derive(Debug, Default)]
@@ -240,6 +241,10 @@ pub struct NatsIngress {
     client: async_nats::Client,
     pub(super) stream: async_nats::jetstream::stream::Stream,
     pub(super) options: NatsOptions,
+    /// Where the consumer runs: this runtime (an
+    /// [`IngestThread`](crate::ingest_thread::IngestThread)'s), or, when `None`, the runtime
+    /// that calls [`NatsIngress::begin`].
+    consumer_runtime: Option<Handle>,
 }
 
 impl Drop for NatsIngress {
@@ -263,6 +268,24 @@ impl NatsIngress {
     /// [`NatsIngress::begin`] starts the reading, from the stream's start or from a
     /// checkpoint's position (once the checkpoint's state is restored).
     pub async fn connect(options: NatsOptions) -> Result<Arc<NatsIngress>, NatsError> {
+        Self::connect_with(options, None).await
+    }
+
+    /// [`NatsIngress::connect`], with the consumer (which reads the stream and applies its
+    /// events) running on `runtime` (an [`IngestThread`](crate::ingest_thread::IngestThread)'s)
+    /// instead of the runtime that begins it, so that applying events does not take the
+    /// threads serving requests. The connection itself stays on the calling runtime.
+    pub async fn connect_on(
+        options: NatsOptions,
+        runtime: Handle,
+    ) -> Result<Arc<NatsIngress>, NatsError> {
+        Self::connect_with(options, Some(runtime)).await
+    }
+
+    async fn connect_with(
+        options: NatsOptions,
+        consumer_runtime: Option<Handle>,
+    ) -> Result<Arc<NatsIngress>, NatsError> {
         options.validate()?;
         let client = connect(&options.url).await?;
         let jetstream = async_nats::jetstream::new(client.clone());
@@ -280,17 +303,22 @@ impl NatsIngress {
             client,
             stream,
             options,
+            consumer_runtime,
         }))
     }
 
     /// Starts reading `consumer` (already positioned) in the background.
     pub(super) fn spawn_consumer(&self, consumer: PullConsumer) {
-        let task = tokio::spawn(consume(
+        let consuming = consume(
             Arc::clone(&self.shared),
             self.stream.clone(),
             consumer,
             self.options.clone(),
-        ));
+        );
+        let task = match &self.consumer_runtime {
+            Some(runtime) => runtime.spawn(consuming),
+            None => tokio::spawn(consuming),
+        };
         if let Some(previous) = self.consumer_task.lock().replace(task) {
             previous.abort();
         }
