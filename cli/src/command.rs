@@ -4,7 +4,7 @@ use crate::catalog::CatalogArgs;
 use crate::check::CheckArgs;
 use crate::replay::ReplayArgs;
 use crate::schema::SchemaArgs;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 use clap::{Parser, Subcommand};
 
 /// A KV-aware request router with worker-selection and hint-policy plugins.

@@ -18,6 +18,7 @@ pub mod replay;
 pub mod schema;
 pub mod serve;
 pub mod serve_admin;
+pub mod serve_args;
 pub mod serve_gateway;
 pub mod serve_nats;
 pub mod serve_replicas;

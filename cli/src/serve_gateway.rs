@@ -5,7 +5,7 @@
 //! bound, so a wrong path fails at start.
 
 use crate::command_error::CommandError;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 use kv_router_service::SelectionService;
 use kv_router_service::gateway::model_tokenizer::ModelTokenizer;
 use kv_router_service::gateway::static_worker::{StaticWorkerDefaults, parse_static_worker};

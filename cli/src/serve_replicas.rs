@@ -3,12 +3,12 @@
 //! to warm start from, and `--snapshot PATH` starts from and keeps a snapshot file.
 
 use crate::command_error::CommandError;
-use crate::serve::ServeArgs;
+use crate::serve_args::ServeArgs;
 use kv_router_service::SelectionService;
 use kv_router_service::nats::NatsIngress;
 use kv_router_service::replica::warm_start::{PeerLimits, StartKind, warm_start};
 use kv_router_service::replica::{ReplicaOptions, ReplicaSync};
-use kv_router_service::snapshot::{EventPlanePosition, RouterState, SnapshotError};
+use kv_router_service::selection::snapshot::{EventPlanePosition, RouterState, SnapshotError};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 #[path = "serve_process/mod.rs"]
 mod serve_process;
 
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::http::loopback_client::LoopbackClient;
 use serde_json::{Value, json};
 use serve_process::ServeProcess;
 use std::process::Command;

@@ -175,7 +175,7 @@ async fn a_killed_router_resumes_from_its_last_checkpoint_acknowledgement() {
     })
     .await;
     drop(first);
-    let position = kv_router_service::snapshot::RouterState::read(&snapshot)
+    let position = kv_router_service::selection::snapshot::RouterState::read(&snapshot)
         .expect("a whole snapshot")
         .and_then(|state| state.event_plane)
         .expect("the snapshot records its stream position");

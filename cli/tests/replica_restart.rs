@@ -3,9 +3,9 @@
 //! peer's dump with the same index, and no request on the survivors fails. Its snapshot then
 //! starts a fourth process warm; a truncated snapshot starts one cold, with a clear message.
 
-use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
-use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::engine_events::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
+use kv_router_service::engine_events::engine_publisher::{EnginePublisher, encode_batch};
+use kv_router_service::http::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
 use serde_json::{Value, json};
 use std::process::Command;

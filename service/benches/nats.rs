@@ -17,8 +17,8 @@ use dynamo_kv_router::plugins::PolicyRegistry;
 use dynamo_kv_router::router::{RouterOptions, WorkerId};
 use dynamo_router_catalog as _;
 use kv_router_service::SelectionService;
-use kv_router_service::ingress::{KvEventIngress, NoIngress};
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::engine_events::ingress::{KvEventIngress, NoIngress};
+use kv_router_service::http::loopback_client::LoopbackClient;
 use kv_router_service::nats::{
     NatsIngress, NatsKvPublisher, NatsOptions, NatsReplicaOptions, NatsReplicaSync,
 };

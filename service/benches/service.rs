@@ -17,16 +17,16 @@ use dynamo_kv_router::plugins::PolicyRegistry;
 use dynamo_kv_router::router::{RouterOptions, RouterSetup, WorkerId};
 use indicatif::{ProgressBar, ProgressStyle};
 use kv_router_service::SelectionService;
-use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
-use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
-use kv_router_service::event_transport::ZmqTransport;
-use kv_router_service::ingress::{KvEventIngress, NoIngress};
-use kv_router_service::json_body::parse_prompt;
-use kv_router_service::kv_listener::ListenerOptions;
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::engine_events::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
+use kv_router_service::engine_events::engine_publisher::{EnginePublisher, encode_batch};
+use kv_router_service::engine_events::event_transport::ZmqTransport;
+use kv_router_service::engine_events::ingress::{KvEventIngress, NoIngress};
+use kv_router_service::engine_events::kv_listener::ListenerOptions;
+use kv_router_service::engine_events::zmq_ingress::ZmqIngress;
+use kv_router_service::http::json_body::parse_prompt;
+use kv_router_service::http::loopback_client::LoopbackClient;
 use kv_router_service::serve::{BoundService, ServeOptions};
 use kv_router_service::worker_record::{PartitionKey, WorkerRequest};
-use kv_router_service::zmq_ingress::ZmqIngress;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -143,14 +143,14 @@ async fn booking(tokens_per_prompt: usize) {
     let parse_runs = 500;
     let started = Instant::now();
     for i in 0..parse_runs {
-        let request: kv_router_service::selection_request::SelectRequest =
+        let request: kv_router_service::selection::selection_request::SelectRequest =
             parse_prompt(&bodies[i % bodies.len()]).expect("body");
         std::hint::black_box(request);
     }
     let parse = started.elapsed() / parse_runs as u32;
     let started = Instant::now();
     for i in 0..parse_runs {
-        let mut request: kv_router_service::selection_request::SelectRequest =
+        let mut request: kv_router_service::selection::selection_request::SelectRequest =
             parse_prompt(&bodies[i % bodies.len()]).expect("body");
         request.selection_id = Some(format!("inproc-{tokens_per_prompt}-{i}"));
         let answer = service.select_and_reserve(request).expect("booking");
@@ -340,11 +340,12 @@ fn decode_and_index(payloads: &[Vec<u8>]) {
     let mut decode = Duration::ZERO;
     for (seq, payload) in payloads.iter().enumerate() {
         let t = Instant::now();
-        let batch =
-            kv_router_service::event_batch_reader::read_event_batch(payload).expect("batch");
+        let batch = kv_router_service::engine_events::event_batch_reader::read_event_batch(payload)
+            .expect("batch");
         decode += t.elapsed();
-        let converted =
-            kv_router_service::event_conversion::convert_batch(&batch, seq as u64, 1, 0, 16);
+        let converted = kv_router_service::engine_events::event_conversion::convert_batch(
+            &batch, seq as u64, 1, 0, 16,
+        );
         partition.router.apply_event_batch(&converted.events);
     }
     let elapsed = started.elapsed();
@@ -366,17 +367,17 @@ fn compare_decoders(payloads: &[Vec<u8>]) {
     type Decoder = fn(
         &[u8],
     ) -> Result<
-        kv_router_service::engine_event::EngineEventBatch,
-        kv_router_service::msgpack_batch::BatchDecodeError,
+        kv_router_service::engine_events::engine_event::EngineEventBatch,
+        kv_router_service::engine_events::msgpack_batch::BatchDecodeError,
     >;
     let decoders: [(&str, Decoder); 2] = [
         (
             "direct reader",
-            kv_router_service::event_batch_reader::read_event_batch,
+            kv_router_service::engine_events::event_batch_reader::read_event_batch,
         ),
         (
             "value tree",
-            kv_router_service::msgpack_batch::decode_event_batch,
+            kv_router_service::engine_events::msgpack_batch::decode_event_batch,
         ),
     ];
     let mut rates = [Vec::new(), Vec::new()];
@@ -387,7 +388,7 @@ fn compare_decoders(payloads: &[Vec<u8>]) {
             for payload in payloads {
                 let batch = decode(payload).expect("batch");
                 for event in &batch.events {
-                    if let kv_router_service::engine_event::EngineEvent::BlockStored(stored) = event
+                    if let kv_router_service::engine_events::engine_event::EngineEvent::BlockStored(stored) = event
                     {
                         blocks += stored.block_hashes.len();
                     }

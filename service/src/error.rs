@@ -44,12 +44,15 @@ impl ServiceError {
 
 /// An error answer: `status` with `{"error": message}`.
 pub fn json_error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    crate::json_body::json_response(status, &serde_json::json!({ "error": message.to_string() }))
+    crate::http::json_body::json_response(
+        status,
+        &serde_json::json!({ "error": message.to_string() }),
+    )
 }
 
 /// The success answer of lifecycle calls: `status` with `{"status": "ok"}`.
 pub fn json_ok(status: StatusCode) -> Response {
-    crate::json_body::json_response(status, &serde_json::json!({ "status": "ok" }))
+    crate::http::json_body::json_response(status, &serde_json::json!({ "status": "ok" }))
 }
 
 impl IntoResponse for ServiceError {

@@ -6,47 +6,28 @@
 //! policies built. Engines (vLLM, SGLang) publish their KV events over ZMQ in msgpack; the
 //! service subscribes to each registered worker rank, asks the engine to replay what it
 //! missed, and feeds the events into the partition's KV index.
+//!
+//! The crate is laid out by concern, each a folder whose opener says what enters and leaves
+//! it: [`engine_events`] (engines' KV events, wire to index), [`selection`] (the service's
+//! state and the routes that choose and book workers), [`http`] (the selection API's routes
+//! and bodies), [`gateway`] (the OpenAI-compatible front), [`replica`] and [`nats`] (router
+//! replicas and the NATS event plane), [`admin`] (configuration reloads) and [`shadow`]
+//! (shadow policies). Below them all: [`worker_record`], [`partition`] and [`error`].
 
 pub mod admin;
-pub mod booking_lifecycle;
-pub mod engine_event;
-pub mod engine_publisher;
+pub mod engine_events;
 pub mod error;
-pub mod event_batch_reader;
-pub mod event_conversion;
-pub mod event_transport;
 pub mod gateway;
 pub mod http;
-pub mod ingest_stats;
-pub mod ingest_thread;
-pub mod ingress;
-pub mod json_body;
-pub mod kv_listener;
-pub mod loopback_client;
-pub mod membership;
-pub mod msgpack_batch;
 pub mod nats;
 pub mod partition;
 pub mod polling;
-pub mod prompt;
-pub mod queries;
 pub mod replica;
-pub mod reservations;
-pub mod resubscription;
 pub mod selection;
-pub mod selection_answer;
-pub mod selection_id;
-pub mod selection_request;
-pub mod selection_response;
-pub mod selection_service;
 pub mod serve;
 pub mod shadow;
-pub mod simulated_engines;
-pub mod snapshot;
-pub mod token_array;
 pub mod worker_record;
-pub mod zmq_ingress;
 
 pub use error::ServiceError;
-pub use selection_service::SelectionService;
+pub use selection::selection_service::SelectionService;
 pub use serve::{ServeOptions, serve};

@@ -3,7 +3,7 @@
 use crate::admin::AdminRoutes;
 use crate::gateway::Gateway;
 use crate::http::router;
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use axum::serve::ListenerExt as _;
 use std::future::Future;
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@ use dynamo_kv_router::kv::{
     EngineBlockHash, KvCacheEventData, LocalBlockHash, RouterEvent, block_hashes, sequence_hashes,
 };
 use dynamo_kv_router::router::WorkerId;
-use kv_router_service::snapshot::RouterState;
+use kv_router_service::selection::snapshot::RouterState;
 use kv_router_service::worker_record::PartitionKey;
 use serde_json::json;
 use std::path::Path;

@@ -1,9 +1,9 @@
 //! Golden msgpack fixtures from `service/scripts/engine_fixtures.py` (the engines' structs
 //! declared field for field with msgspec) decode to what the script says the router must see.
 
-use kv_router_service::engine_event::{EngineEvent, EngineEventBatch, SkipReason};
-use kv_router_service::event_batch_reader::read_event_batch;
-use kv_router_service::msgpack_batch::{bytes_hash, decode_event_batch};
+use kv_router_service::engine_events::engine_event::{EngineEvent, EngineEventBatch, SkipReason};
+use kv_router_service::engine_events::event_batch_reader::read_event_batch;
+use kv_router_service::engine_events::msgpack_batch::{bytes_hash, decode_event_batch};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 

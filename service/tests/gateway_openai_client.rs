@@ -13,11 +13,11 @@
 mod gateway_support;
 
 use gateway_support::*;
-use kv_router_service::event_transport::ZmqTransport;
+use kv_router_service::engine_events::event_transport::ZmqTransport;
+use kv_router_service::engine_events::kv_listener::ListenerOptions;
+use kv_router_service::engine_events::zmq_ingress::ZmqIngress;
 use kv_router_service::gateway::GatewayOptions;
-use kv_router_service::kv_listener::ListenerOptions;
 use kv_router_service::worker_record::WorkerRequest;
-use kv_router_service::zmq_ingress::ZmqIngress;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

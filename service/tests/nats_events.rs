@@ -423,7 +423,7 @@ async fn a_restarted_router_resumes_from_its_checkpoint_acknowledgement() {
 
     // The second process: restores the checkpoint, resumes after sequence 30.
     let second = checkpointed_replica(&url, "router-resume").await;
-    let state = kv_router_service::snapshot::RouterState::read(&snapshot)
+    let state = kv_router_service::selection::snapshot::RouterState::read(&snapshot)
         .expect("readable")
         .expect("written");
     let position = state
@@ -483,7 +483,8 @@ async fn the_consumer_applies_events_on_the_ingest_thread_it_was_given() {
         return;
     };
     let url = server.url();
-    let ingest = kv_router_service::ingest_thread::IngestThread::start().expect("ingest thread");
+    let ingest = kv_router_service::engine_events::ingest_thread::IngestThread::start()
+        .expect("ingest thread");
     let options = options(&url, "router-ingest", Duration::from_secs(1));
     let ingress = NatsIngress::connect_on(options, ingest.handle())
         .await

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use dynamo_kv_router::kv::ApproximateConfig;
 use dynamo_kv_router::router::RouterOptions;
-use kv_router_service::ingress::NoIngress;
+use kv_router_service::engine_events::ingress::NoIngress;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use dynamo_kv_router::router::RouterOptions;
-use kv_router_service::ingress::NoIngress;
+use kv_router_service::engine_events::ingress::NoIngress;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +25,7 @@ async fn start_predicting() -> TestService {
 
 /// Books `prompt` on model `m` as `id`; the answer's JSON.
 async fn select_and_reserve(
-    client: &mut kv_router_service::loopback_client::LoopbackClient,
+    client: &mut kv_router_service::http::loopback_client::LoopbackClient,
     id: &str,
     prompt: &[u32],
 ) -> serde_json::Value {

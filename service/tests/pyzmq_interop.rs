@@ -83,7 +83,7 @@ fn store(prompt: &[u32], first: usize, count: usize, send: bool) -> Value {
 }
 
 async fn wait_for(
-    client: &mut kv_router_service::loopback_client::LoopbackClient,
+    client: &mut kv_router_service::http::loopback_client::LoopbackClient,
     engine: &mut PythonEngine,
     prompt: &[u32],
     blocks: u64,

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
-use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::engine_events::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
+use kv_router_service::engine_events::engine_publisher::{EnginePublisher, encode_batch};
+use kv_router_service::http::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
 use kv_router_service::replica::warm_start::{PeerLimits, StartKind, warm_start};
 use kv_router_service::replica::wire::REPLICA_TOPIC;

@@ -13,13 +13,18 @@ fn booking(id: &str, prompt: &[u32]) -> Value {
     json!({"model_name": "m", "routing_group": "default", "selection_id": id, "token_ids": prompt})
 }
 
-async fn register(client: &mut kv_router_service::loopback_client::LoopbackClient, body: Value) {
+async fn register(
+    client: &mut kv_router_service::http::loopback_client::LoopbackClient,
+    body: Value,
+) {
     let created = client.post_json("/workers", &body).await.expect("register");
     expect_status(&created, 201);
     assert_eq!(created.json()["lifecycle"], json!("schedulable"));
 }
 
-async fn decode_blocks(client: &mut kv_router_service::loopback_client::LoopbackClient) -> Value {
+async fn decode_blocks(
+    client: &mut kv_router_service::http::loopback_client::LoopbackClient,
+) -> Value {
     let loads = client.get("/loads").await.expect("loads").json();
     loads[0]["loads"]
         .as_array()

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use dynamo_kv_router::router::WorkerId;
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::http::loopback_client::LoopbackClient;
 use kv_router_service::polling::eventually;
 use serde_json::{Value, json};
 use std::time::Duration;

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use kv_router_service::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
-use kv_router_service::engine_publisher::{EnginePublisher, encode_batch};
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::engine_events::engine_event::{BlockStored, EngineEvent, EngineEventBatch};
+use kv_router_service::engine_events::engine_publisher::{EnginePublisher, encode_batch};
+use kv_router_service::http::loopback_client::LoopbackClient;
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! lines collected, killed when dropped. Included with `#[path]` where it is needed.
 #![allow(dead_code)]
 
-use kv_router_service::loopback_client::LoopbackClient;
+use kv_router_service::http::loopback_client::LoopbackClient;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

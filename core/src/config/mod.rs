@@ -15,6 +15,7 @@
 
 pub mod error;
 pub mod json_schema;
+pub mod located;
 pub mod nats_section;
 pub mod parameter_tree;
 pub mod position;

@@ -15,7 +15,7 @@
 //! Only the shape and the names are checked here; connecting is the service's business.
 
 use super::error::{ConfigError, ConfigProblem};
-use super::schema::Located;
+use super::located::Located;
 use serde::Deserialize;
 
 /// The `nats` mapping, as parsed.

@@ -16,39 +16,15 @@
 //!   prefill: dynamo-default-cost-fn
 //! ```
 
+pub use super::located::Located;
 use super::parameter_tree::ParameterNode;
 use super::position::Position;
 use crate::identity::Role;
 use serde::de::DeserializeOwned;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
-use serde_saphyr::Spanned;
 use std::fmt;
 use std::marker::PhantomData;
-
-/// A value and the position where it was written.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Located<T> {
-    /// Where the value starts.
-    pub position: Position,
-    /// The value.
-    pub value: T,
-}
-
-impl<T> Located<T> {
-    fn from_spanned(spanned: Spanned<T>) -> Self {
-        Self {
-            position: Position::of(&spanned.referenced),
-            value: spanned.value,
-        }
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Spanned::<T>::deserialize(deserializer).map(Located::from_spanned)
-    }
-}
 
 /// A key that, when present, must hold a value (an empty value is an error, not "absent").
 fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>

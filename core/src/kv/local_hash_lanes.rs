@@ -12,7 +12,7 @@
 //! Used only where the CPU has AVX2 (checked at run time) and only for 16-token blocks; every
 //! other case takes the scalar hash.
 
-use super::hashing::xxh3_secret_word;
+use super::xxh3_block::xxh3_secret_word;
 
 /// Tokens per block this path hashes.
 pub(crate) const LANE_BLOCK_TOKENS: usize = 16;
@@ -86,7 +86,7 @@ fn avx2_available() -> bool {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{GROUP_TOKENS, LANE_BLOCK_TOKENS, LANES, WORD_SECRETS};
-    use crate::kv::hashing::XXH3_AVALANCHE as AVALANCHE;
+    use crate::kv::xxh3_block::XXH3_AVALANCHE as AVALANCHE;
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi64, _mm256_and_si256, _mm256_loadu_si256, _mm256_mul_epu32,
         _mm256_or_si256, _mm256_permute2x128_si256, _mm256_set_epi64x, _mm256_set1_epi64x,

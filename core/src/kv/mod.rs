@@ -16,6 +16,7 @@ pub mod predicted_blocks;
 pub mod predicted_cache;
 pub mod request_identity;
 mod sequence_hashes_iter;
+mod xxh3_block;
 
 pub use crate::block_identity::{EngineBlockHash, LocalBlockHash, SequenceHash};
 pub use event::{

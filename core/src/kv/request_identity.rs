@@ -61,14 +61,14 @@ impl RequestIdentity {
 
     /// Whether the identity changes nothing: hashes equal those of the plain token path.
     pub fn is_plain(&self) -> bool {
-        self.salt_seed() == super::hashing::HASH_SEED
+        self.salt_seed() == super::xxh3_block::HASH_SEED
             && !self.eagle
             && self.block_mm_hashes.iter().all(Vec::is_empty)
     }
 
-    /// The xxh3 seed of this request's local block hashes (see [`super::hashing::salt_seed`]).
+    /// The xxh3 seed of this request's local block hashes (see [`super::xxh3_block::salt_seed`]).
     pub fn salt_seed(&self) -> u64 {
-        super::hashing::salt_seed(self.lora_name.as_deref(), self.cache_namespace.as_deref())
+        super::xxh3_block::salt_seed(self.lora_name.as_deref(), self.cache_namespace.as_deref())
     }
 
     /// The multimodal object hashes of block `index` (empty when it has none).

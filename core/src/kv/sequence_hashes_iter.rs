@@ -3,8 +3,8 @@
 //! (the overlap pass stops where no worker continues the prefix) or take them all in one loop
 //! (`for_each`, which runs the iterator's `fold`).
 
-use super::hashing::{HASH_SEED, next_sequence_hash, token_hash};
 use super::local_hash_lanes::{GROUP_TOKENS, LANES, LocalHashLanes};
+use super::xxh3_block::{HASH_SEED, next_sequence_hash, token_hash};
 use crate::block_identity::{LocalBlockHash, SequenceHash};
 
 /// The sequence hashes of the full blocks of `tokens` for a plain request, computed as the

@@ -6,8 +6,8 @@
 //! work in this thread's [`BookingScratch`].
 
 use super::booking_scratch::{BookingScratch, ScratchGuard};
-use super::candidate_filter::CandidateFilter;
-use super::hint_assembly::{AssembledActions, assemble, panic_message};
+use super::guarded_selection::select;
+use super::hint_assembly::{AssembledActions, assemble};
 use super::overlap_pass::OverlapPass;
 use super::policy_set::PolicySet;
 use super::shadow_case::{CaseBuffers, LiveOutcome, SeenCandidate, ShadowCase, live_outcome};
@@ -16,10 +16,9 @@ use super::{BookError, Booking, BookingMode, BookingStats, Chosen, Prompt, Route
 use crate::block_identity::SequenceHash;
 use crate::identity::Role;
 use crate::kv::{sequence_hashes_for_request, sequence_hashes_iter};
-use crate::plugins::{Candidate, HintContext, RequestView, Selection, WorkerSelectionContext};
+use crate::plugins::{Candidate, HintContext, RequestView, Selection};
 use crate::setup::RolePolicies;
 use crate::wire::KvHint;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -181,62 +180,6 @@ impl Router {
         self.metrics
             .count_hint(assembled.actions.len(), assembled.dropped);
         Some(assembled)
-    }
-}
-
-/// Stage 5: the role's worker-selection policy, isolated from its errors and panics,
-/// choosing among the candidates the request's `filter` allows (all when none).
-pub(super) fn select(
-    policies: &RolePolicies,
-    view: &RequestView<'_>,
-    filter: Option<&CandidateFilter>,
-) -> Result<Selection, BookError> {
-    let role = view.role;
-    let allowed;
-    let view = match filter {
-        None => *view,
-        Some(filter) => {
-            allowed = filter.narrow(view.candidates);
-            if allowed.is_empty() {
-                return Err(BookError::NoAllowedWorkers {
-                    role,
-                    allowed: filter.worker_ids().to_vec(),
-                });
-            }
-            RequestView {
-                candidates: &allowed,
-                ..*view
-            }
-        }
-    };
-    let context = WorkerSelectionContext::new(view);
-    match catch_unwind(AssertUnwindSafe(|| {
-        policies.selection.instance.select(&context)
-    })) {
-        Ok(Ok(selection)) => match filter {
-            Some(filter) if !filter.allows(selection.worker) => Err(BookError::WorkerNotAllowed {
-                worker: selection.worker,
-                allowed: filter.worker_ids().to_vec(),
-            }),
-            _ => Ok(selection),
-        },
-        Ok(Err(error)) => {
-            tracing::warn!(%role, policy_type = %policies.selection_type, %error, "worker-selection policy failed");
-            Err(BookError::SelectionFailed {
-                role,
-                policy: policies.selection_type.clone(),
-                message: error.to_string(),
-            })
-        }
-        Err(panic) => {
-            let message = panic_message(panic.as_ref());
-            tracing::error!(%role, policy_type = %policies.selection_type, panic = %message, "worker-selection policy panicked");
-            Err(BookError::SelectionPanicked {
-                role,
-                policy: policies.selection_type.clone(),
-                message,
-            })
-        }
     }
 }
 

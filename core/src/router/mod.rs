@@ -24,6 +24,7 @@ pub mod booking;
 mod booking_scratch;
 mod candidate_cache;
 pub mod candidate_filter;
+mod guarded_selection;
 mod hint_assembly;
 mod kv_booking;
 mod load;

@@ -8,8 +8,8 @@
 //! the registry when the shadows run, off the booking path.
 
 use super::candidate_filter::CandidateFilter;
+use super::guarded_selection::select;
 use super::hint_assembly::{AssembledActions, CountedHint, assemble};
-use super::kv_booking::select;
 use super::workers::Workers;
 use crate::block_identity::SequenceHash;
 use crate::identity::{Role, WorkerId};

@@ -4,7 +4,7 @@
 use super::admin_token::{ADMIN_TOKEN_ENV, AdminToken};
 use super::config_reloader::{ConfigReloader, ReloadError, RunningConfig};
 use crate::error::json_error;
-use crate::json_body::json_response;
+use crate::http::json_body::json_response;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};

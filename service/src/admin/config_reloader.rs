@@ -1,7 +1,7 @@
 //! Reloading the configuration of a running service: read it, run every startup check, and
 //! swap the new policies in whole, or change nothing and say what was wrong and where.
 
-use crate::selection_service::{MetricsSource, SelectionService};
+use crate::selection::selection_service::{MetricsSource, SelectionService};
 use dynamo_kv_router::config::{ConfigSource, MAX_CONFIG_BYTES};
 use dynamo_kv_router::router::RouterSetup;
 use parking_lot::Mutex;

@@ -1,7 +1,7 @@
 //! Swapping a new setup into every partition's router, all or nothing, while no worker
 //! registers or leaves.
 
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::WorkerLifecycle;
 use dynamo_kv_router::router::{Role, RouterSetup};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! no path through the gateway can leak load. Enters: the booking's id; leaves: calls to the
 //! service's `prefill_complete` and `free_reservation`.
 
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use std::sync::Arc;
 
 /// One booking, released when dropped.

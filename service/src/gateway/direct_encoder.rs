@@ -30,6 +30,7 @@
 //! an unknown token, a model error). [`DirectEncoder::plan`] also checks itself against the
 //! full pipeline on probe texts before it is used.
 
+use super::unsupported_tokenizer::Unsupported;
 use super::whitespace_words::for_each_word;
 use super::word_ids::WordIds;
 use super::word_pattern::WordPattern;
@@ -50,11 +51,6 @@ const PROBES: &[&str] = &[
     "I'm sure they'll've done it; 3.14159 — naïve café, 東京 😀\n\n\nend ",
     "w1 w22 w333 w4444 w99999 unknown-word [UNK]",
 ];
-
-/// Why a tokenizer gets no direct encoder (logged once at load).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsupported(pub(super) String);
 
 fn unsupported<T>(what: impl Into<String>) -> Result<T, Unsupported> {
     Err(Unsupported(what.into()))

@@ -13,7 +13,7 @@
 //! is prefetched when the word is cut and read sixteen words later, so a prompt's cache misses
 //! overlap instead of queueing one after another.
 
-use super::direct_encoder::Unsupported;
+use super::unsupported_tokenizer::Unsupported;
 use super::whitespace_words::for_each_word;
 use std::borrow::Cow;
 use xxhash_rust::xxh3::xxh3_64_with_seed;

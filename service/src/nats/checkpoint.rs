@@ -17,8 +17,8 @@
 
 use super::NatsError;
 use super::ingress::{NatsIngress, acknowledge, create_consumer};
-use crate::selection_service::SelectionService;
-use crate::snapshot::{
+use crate::selection::selection_service::SelectionService;
+use crate::selection::snapshot::{
     EventPlanePosition, PublisherPosition, RankPosition, RouterState, SnapshotError,
 };
 use async_nats::jetstream::consumer::DeliverPolicy;

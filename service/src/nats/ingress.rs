@@ -24,7 +24,7 @@
 use super::envelope::decode_kv_events;
 use super::subjects::{KV_EVENT_TOPIC, namespace_filter};
 use super::{NatsError, NatsOptions, connect, ensure_stream};
-use crate::ingress::{AttachedIngress, KvEventIngress};
+use crate::engine_events::ingress::{AttachedIngress, KvEventIngress};
 use crate::partition::Partition;
 use crate::worker_record::WorkerCatalogRecord;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
@@ -242,7 +242,7 @@ pub struct NatsIngress {
     pub(super) stream: async_nats::jetstream::stream::Stream,
     pub(super) options: NatsOptions,
     /// Where the consumer runs: this runtime (an
-    /// [`IngestThread`](crate::ingest_thread::IngestThread)'s), or, when `None`, the runtime
+    /// [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s), or, when `None`, the runtime
     /// that calls [`NatsIngress::begin`].
     consumer_runtime: Option<Handle>,
 }
@@ -272,7 +272,7 @@ impl NatsIngress {
     }
 
     /// [`NatsIngress::connect`], with the consumer (which reads the stream and applies its
-    /// events) running on `runtime` (an [`IngestThread`](crate::ingest_thread::IngestThread)'s)
+    /// events) running on `runtime` (an [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s)
     /// instead of the runtime that begins it, so that applying events does not take the
     /// threads serving requests. The connection itself stays on the calling runtime.
     pub async fn connect_on(

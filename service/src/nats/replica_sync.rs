@@ -32,8 +32,8 @@ use crate::replica::{
     INBOUND_CAPACITY, LocalBooking, OUTBOUND_CAPACITY, ReplicaHook, SWEEP_INTERVAL, booking_data,
     peer_request_id, random_id,
 };
-use crate::selection_service::SelectionService;
-use crate::snapshot::RouterState;
+use crate::selection::selection_service::SelectionService;
+use crate::selection::snapshot::RouterState;
 use dynamo_kv_router::kv::SequenceHash;
 use dynamo_kv_router::router::WorkerId;
 use futures_util::StreamExt;
@@ -867,7 +867,10 @@ impl ReplicaHook for NatsReplicaSync {
         let Some(service) = self.shared.service.upgrade() else {
             return String::new();
         };
-        let mut out = self.shared.stats.prometheus_text(&service, self.origins());
+        let mut out = self
+            .shared
+            .stats
+            .prometheus_text(&service.partitions(), self.origins());
         let counters = [
             (
                 "kv_router_replica_nats_answers_total",

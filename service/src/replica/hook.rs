@@ -1,6 +1,7 @@
 //! What the selection service tells its replica layer: the booking lifecycle of this replica,
 //! and what it asks: whether the replica is ready, and its metrics.
 
+use super::peers::Peers;
 use crate::partition::Partition;
 use dynamo_kv_router::kv::SequenceHash;
 use dynamo_kv_router::router::WorkerId;
@@ -38,8 +39,20 @@ pub trait ReplicaHook: Send + Sync {
     /// The replica metrics in the Prometheus text format.
     fn prometheus_text(&self) -> String;
 
-    /// The booking-sync runtime, for the `/replica_sync` routes.
-    fn sync(&self) -> Option<&crate::replica::ReplicaSync> {
+    /// The ZMQ booking sync's id, endpoint and peers, for the `/replica_sync` routes (`None`
+    /// when this replica layer syncs some other way).
+    fn sync(&self) -> Option<BookingSyncView<'_>> {
         None
     }
+}
+
+/// What the `/replica_sync` routes read and change of a replica's ZMQ booking sync.
+#[derive(Clone, Copy)]
+pub struct BookingSyncView<'a> {
+    /// This replica's id.
+    pub replica_id: u64,
+    /// The endpoint this replica publishes its bookings on.
+    pub endpoint: &'a str,
+    /// The peers it subscribes to.
+    pub peers: &'a Peers,
 }

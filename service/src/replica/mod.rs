@@ -1,6 +1,11 @@
 //! Router replicas: several `kv-router serve` processes behind one address that see each
 //! other's bookings, start warm from a peer and restart from a snapshot.
 //!
+//! **Enters:** this replica's booking changes (through [`ReplicaHook`]), its peers' booking
+//! events and heartbeats on ZMQ SUB sockets, and a warm start's peer answers. **Leaves:**
+//! booking events on this replica's PUB socket, peer bookings recorded in the partitions'
+//! routers, and the replica's counters for `/metrics`.
+//!
 //! - **Booking sync** ([`wire`], upstream's topic and msgpack schema): every booking change
 //!   of this replica is published on a ZMQ PUB socket; each peer's is received on a SUB
 //!   socket ([`peers`]) and recorded in the partition's router as a *peer booking*, so the
@@ -23,11 +28,11 @@ pub mod stats;
 pub mod warm_start;
 pub mod wire;
 
-pub use hook::{LocalBooking, ReplicaHook};
+pub use hook::{BookingSyncView, LocalBooking, ReplicaHook};
 pub use routes::routes;
 
 use crate::partition::Partition;
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::PartitionKey;
 use bytes::Bytes;
 use dynamo_kv_router::kv::SequenceHash;
@@ -257,13 +262,19 @@ impl ReplicaHook for ReplicaSync {
 
     fn prometheus_text(&self) -> String {
         match self.service.upgrade() {
-            Some(service) => self.stats.prometheus_text(&service, self.peers.len()),
+            Some(service) => self
+                .stats
+                .prometheus_text(&service.partitions(), self.peers.len()),
             None => String::new(),
         }
     }
 
-    fn sync(&self) -> Option<&ReplicaSync> {
-        Some(self)
+    fn sync(&self) -> Option<BookingSyncView<'_>> {
+        Some(BookingSyncView {
+            replica_id: self.replica_id,
+            endpoint: &self.endpoint,
+            peers: &self.peers,
+        })
     }
 }
 

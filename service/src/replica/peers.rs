@@ -7,8 +7,8 @@
 
 use super::stats::ReplicaStats;
 use super::wire::{HEARTBEAT_TOPIC, REPLICA_TOPIC, ScopedBookingEvent};
-use crate::event_transport::ZmqTransport;
-use crate::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
+use crate::engine_events::event_transport::ZmqTransport;
+use crate::engine_events::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -5,11 +5,11 @@
 //! same as register / deregister) and `GET /replica_sync/info` (this replica's id, endpoint,
 //! readiness and each peer's connection).
 
-use super::ReplicaSync;
+use super::hook::BookingSyncView;
 use super::peers::PeerError;
 use crate::error::{json_error, json_ok};
-use crate::json_body::{JsonBody, Refused, json_response};
-use crate::selection_service::SelectionService;
+use crate::http::json_body::{JsonBody, Refused, json_response};
+use crate::selection::selection_service::SelectionService;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -23,7 +23,7 @@ struct PeerRequest {
     endpoint: String,
 }
 
-fn sync_of(service: &SelectionService) -> Option<&ReplicaSync> {
+fn sync_of(service: &SelectionService) -> Option<BookingSyncView<'_>> {
     service.replica.get().and_then(|hook| hook.sync())
 }
 
@@ -43,7 +43,7 @@ fn peer_error(error: PeerError) -> Response {
 fn peer_change(
     service: &SelectionService,
     payload: Result<JsonBody<PeerRequest>, Refused>,
-) -> Result<(String, &ReplicaSync), Box<Response>> {
+) -> Result<(String, BookingSyncView<'_>), Box<Response>> {
     let JsonBody(request) = payload.map_err(|refused| Box::new(refused.into_response()))?;
     let sync = sync_of(service).ok_or_else(|| Box::new(disabled()))?;
     Ok((request.endpoint, sync))
@@ -57,7 +57,7 @@ async fn add_peer(
         Ok(change) => change,
         Err(refused) => return *refused,
     };
-    match sync.peers().add(&endpoint) {
+    match sync.peers.add(&endpoint) {
         Ok(true) => json_ok(StatusCode::CREATED),
         Ok(false) => json_ok(StatusCode::OK),
         Err(error) => peer_error(error),
@@ -72,7 +72,7 @@ async fn remove_peer(
         Ok(change) => change,
         Err(refused) => return *refused,
     };
-    match sync.peers().remove(&endpoint) {
+    match sync.peers.remove(&endpoint) {
         Ok(true) => json_ok(StatusCode::OK),
         Ok(false) => json_error(StatusCode::NOT_FOUND, "peer not found"),
         Err(error) => peer_error(error),
@@ -80,7 +80,7 @@ async fn remove_peer(
 }
 
 async fn list_peers(State(service): State<Arc<SelectionService>>) -> Response {
-    let peers = sync_of(&service).map_or_else(Vec::new, |sync| sync.peers().endpoints());
+    let peers = sync_of(&service).map_or_else(Vec::new, |sync| sync.peers.endpoints());
     json_response(StatusCode::OK, &peers)
 }
 
@@ -91,10 +91,10 @@ async fn info(State(service): State<Arc<SelectionService>>) -> Response {
     json_response(
         StatusCode::OK,
         &serde_json::json!({
-        "replica_id": sync.replica_id(),
-        "endpoint": sync.endpoint(),
+        "replica_id": sync.replica_id,
+        "endpoint": sync.endpoint,
         "ready": service.replica.get().is_some_and(|hook| hook.ready()),
-        "peers": sync.peers().statuses(),
+        "peers": sync.peers.statuses(),
         }),
     )
 }

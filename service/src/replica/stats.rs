@@ -1,7 +1,8 @@
 //! The replica layer's counters, rendered as Prometheus text.
 
-use crate::selection_service::SelectionService;
+use crate::partition::Partition;
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the booking sync; every message a peer sent ends in exactly one of
@@ -30,10 +31,10 @@ impl ReplicaStats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters, the peer count and the peer bookings `service` holds, as Prometheus text.
-    pub fn prometheus_text(&self, service: &SelectionService, peers: usize) -> String {
-        let (held, expired) = service
-            .partitions()
+    /// The counters, the peer count and the peer bookings `partitions` hold, as Prometheus
+    /// text.
+    pub fn prometheus_text(&self, partitions: &[Arc<Partition>], peers: usize) -> String {
+        let (held, expired) = partitions
             .iter()
             .map(|p| (p.router.peer_bookings(), p.router.peer_bookings_expired()))
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));

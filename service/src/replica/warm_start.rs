@@ -1,9 +1,9 @@
 //! Warm start: the state of the first peer that answers (`GET /workers`, `GET /dump`),
 //! applied before the replica reports ready; with no peer, or none answering, a cold start.
 
-use crate::loopback_client::LoopbackClient;
-use crate::selection_service::SelectionService;
-use crate::snapshot::{Restored, RouterState};
+use crate::http::loopback_client::LoopbackClient;
+use crate::selection::selection_service::SelectionService;
+use crate::selection::snapshot::{Restored, RouterState};
 use std::time::{Duration, Instant};
 
 /// How long one peer may take, by default, to answer both requests, bodies included (the

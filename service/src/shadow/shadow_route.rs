@@ -1,6 +1,6 @@
 //! `GET /shadow`: per partition, what each shadow would have done beside the live policies.
 
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use dynamo_kv_router::metrics::ShadowReport;
 use serde::Serialize;
 

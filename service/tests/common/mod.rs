@@ -5,8 +5,8 @@ use dynamo_kv_router::config::{self, ConfigOverrides, ConfigSource};
 use dynamo_kv_router::plugins::PolicyRegistry;
 use dynamo_kv_router::router::{RouterOptions, RouterSetup};
 use kv_router_service::SelectionService;
-use kv_router_service::ingress::{KvEventIngress, NoIngress};
-use kv_router_service::loopback_client::{HttpAnswer, LoopbackClient};
+use kv_router_service::engine_events::ingress::{KvEventIngress, NoIngress};
+use kv_router_service::http::loopback_client::{HttpAnswer, LoopbackClient};
 use kv_router_service::serve::{BoundService, ServeOptions};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -170,11 +170,11 @@ pub fn engine_registration(id: u64, events: &str, replay: &str) -> Value {
 /// A service with the kvcr configuration fed by ZMQ, with short timings for tests.
 pub async fn start_zmq() -> (
     TestService,
-    Arc<kv_router_service::ingest_stats::IngestStats>,
+    Arc<kv_router_service::engine_events::ingest_stats::IngestStats>,
 ) {
-    let ingress = kv_router_service::zmq_ingress::ZmqIngress::new(
-        Arc::new(kv_router_service::event_transport::ZmqTransport),
-        kv_router_service::kv_listener::ListenerOptions {
+    let ingress = kv_router_service::engine_events::zmq_ingress::ZmqIngress::new(
+        Arc::new(kv_router_service::engine_events::event_transport::ZmqTransport),
+        kv_router_service::engine_events::kv_listener::ListenerOptions {
             idle_reconnect: std::time::Duration::from_millis(300),
             replay_wait: std::time::Duration::from_secs(1),
             retry_pause: std::time::Duration::from_millis(50),

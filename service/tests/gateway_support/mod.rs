@@ -53,7 +53,7 @@ pub async fn start_gateway(yaml: &str, options: GatewayOptions) -> TestGateway {
     start_gateway_with(
         yaml,
         options,
-        Arc::new(kv_router_service::ingress::NoIngress),
+        Arc::new(kv_router_service::engine_events::ingress::NoIngress),
     )
     .await
 }
@@ -62,7 +62,7 @@ pub async fn start_gateway(yaml: &str, options: GatewayOptions) -> TestGateway {
 pub async fn start_gateway_with(
     yaml: &str,
     options: GatewayOptions,
-    ingress: Arc<dyn kv_router_service::ingress::KvEventIngress>,
+    ingress: Arc<dyn kv_router_service::engine_events::ingress::KvEventIngress>,
 ) -> TestGateway {
     let service = Arc::new(SelectionService::new(
         common::setup(yaml),

@@ -1,9 +1,23 @@
-//! The HTTP routes (upstream's selection-service paths), their JSON bodies and error answers.
+//! The selection API over HTTP: upstream's selection-service routes, their JSON bodies and
+//! error answers.
+//!
+//! **Enters:** HTTP requests on upstream's paths (`/select`, `/select_and_reserve`,
+//! `/reservations`, `/workers`, `/loads`, `/overlap_scores`, `/dump`, `/metrics`, …), their
+//! bodies read by [`json_body`] (a prompt's `token_ids` through [`token_array`]'s fast path).
+//! **Leaves:** calls into [`crate::selection`], and JSON answers with the statuses upstream's
+//! service gives. [`loopback_client`] is the small client the tests and benches talk to the
+//! service with.
+
+pub mod json_body;
+pub mod loopback_client;
+pub mod token_array;
 
 use crate::error::{ServiceError, json_error, json_ok};
-use crate::json_body::{JsonBody, PromptBody, Refused, json_response};
-use crate::selection_request::{OverlapScoresRequest, ReservationRequest, SelectRequest};
-use crate::selection_service::SelectionService;
+use crate::http::json_body::{JsonBody, PromptBody, Refused, json_response};
+use crate::selection::selection_request::{
+    OverlapScoresRequest, ReservationRequest, SelectRequest,
+};
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::{WorkerPatchRequest, WorkerRequest};
 use axum::Router;
 use axum::extract::rejection::PathRejection;

@@ -3,13 +3,13 @@
 
 use crate::error::{ServiceError, book_error};
 use crate::partition::Partition;
-use crate::prompt::NormalizedPrompt;
-use crate::replica::LocalBooking;
-use crate::reservations::PendingSelection;
-use crate::selection_id::new_selection_id;
-use crate::selection_request::{PromptRequest, SelectRequest, WorkerRank};
-use crate::selection_response::SelectResponse;
-use crate::selection_service::{BookedRequest, SelectionService};
+use crate::replica::hook::LocalBooking;
+use crate::selection::prompt::NormalizedPrompt;
+use crate::selection::reservations::PendingSelection;
+use crate::selection::selection_id::new_selection_id;
+use crate::selection::selection_request::{PromptRequest, SelectRequest, WorkerRank};
+use crate::selection::selection_response::SelectResponse;
+use crate::selection::selection_service::{BookedRequest, SelectionService};
 use crate::worker_record::PartitionKey;
 use dynamo_kv_router::router::{
     Booking, BookingStats, CandidateFilter, Prompt, Role, RouteRequest, WorkerId,

@@ -12,7 +12,9 @@
 //!   byte string of which the last 8 bytes, big-endian, are the id (as vLLM converts them).
 //! - EAGLE engines send `token_ids` as bigrams `[[t0, t1], [t1, t2], …]`; they are unrolled.
 
-use crate::engine_event::{BlockRemoved, BlockStored, EngineEvent, EngineEventBatch};
+use crate::engine_events::engine_event::{
+    BlockRemoved, BlockStored, EngineEvent, EngineEventBatch,
+};
 use rmpv::Value;
 
 /// A payload that is not an engine `EventBatch`; the message says what was wrong and where.
@@ -27,7 +29,7 @@ fn fail<T>(message: impl Into<String>) -> Result<T, BatchDecodeError> {
 /// Decodes one msgpack `EventBatch`.
 ///
 /// This reads the payload into a whole `rmpv` value tree: every layout, with messages that
-/// name what is wrong. [`crate::event_batch_reader::read_event_batch`] reads the common vLLM
+/// name what is wrong. [`crate::engine_events::event_batch_reader::read_event_batch`] reads the common vLLM
 /// layout faster and hands everything else to this.
 pub fn decode_event_batch(payload: &[u8]) -> Result<EngineEventBatch, BatchDecodeError> {
     let mut reader = payload;

@@ -2,7 +2,7 @@
 
 use crate::error::ServiceError;
 use crate::partition::Partition;
-use crate::selection_service::{CatalogEntry, SelectionService};
+use crate::selection::selection_service::{CatalogEntry, SelectionService};
 use crate::worker_record::{
     MAX_DATA_PARALLEL_RANKS, WorkerCatalogRecord, WorkerLifecycle, WorkerPatchRequest,
     WorkerRequest,
@@ -125,7 +125,7 @@ impl SelectionService {
     fn admit(
         &self,
         record: &WorkerCatalogRecord,
-    ) -> Result<crate::ingress::AttachedIngress, String> {
+    ) -> Result<crate::engine_events::ingress::AttachedIngress, String> {
         let partition = self.ensure_partition(record)?;
         let mut registered = Vec::new();
         for rank in record.dp_ranks() {

@@ -1,13 +1,13 @@
 //! The service's state: the worker catalog, one router per partition, the reservation index
 //! and the cache of `/select` results. What each route does with it is in the files named
-//! after the route's concept (`selection.rs`, `selection_answer.rs`, `booking_lifecycle.rs`,
+//! after the route's concept (`worker_choice.rs`, `selection_answer.rs`, `booking_lifecycle.rs`,
 //! `membership.rs`, `queries.rs`).
 
+use crate::engine_events::ingress::{AttachedIngress, KvEventIngress};
 use crate::error::ServiceError;
-use crate::ingress::{AttachedIngress, KvEventIngress};
 use crate::partition::Partition;
-use crate::replica::LocalBooking;
-use crate::reservations::{PendingSelections, ReservationIndex};
+use crate::replica::hook::LocalBooking;
+use crate::selection::reservations::{PendingSelections, ReservationIndex};
 use crate::worker_record::{PartitionKey, WorkerCatalogRecord, WorkerLifecycle};
 use dynamo_kv_router::router::{RouterOptions, RouterSetup, WorkerId};
 use parking_lot::{Mutex, RwLock};
@@ -35,7 +35,7 @@ pub struct SelectionService {
     pub(crate) pending: Mutex<PendingSelections>,
     pub(crate) observer: Option<Arc<dyn BookingObserver>>,
     /// The replica layer, when this service is one of several replicas.
-    pub(crate) replica: std::sync::OnceLock<Arc<dyn crate::replica::ReplicaHook>>,
+    pub(crate) replica: std::sync::OnceLock<Arc<dyn crate::replica::hook::ReplicaHook>>,
     /// Other layers reporting on `/metrics` (the OpenAI gateway).
     pub(crate) metric_sources: RwLock<Vec<Arc<dyn MetricsSource>>>,
 }

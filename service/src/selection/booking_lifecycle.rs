@@ -5,10 +5,10 @@
 
 use crate::error::{ServiceError, book_error};
 use crate::partition::Partition;
-use crate::replica::LocalBooking;
-use crate::selection_request::{PromptRequest, ReservationRequest};
-use crate::selection_response::ReservationResponse;
-use crate::selection_service::SelectionService;
+use crate::replica::hook::LocalBooking;
+use crate::selection::selection_request::{PromptRequest, ReservationRequest};
+use crate::selection::selection_response::ReservationResponse;
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::PartitionKey;
 use dynamo_kv_router::kv::SequenceHash;
 use dynamo_kv_router::router::{Prompt, Role, RouteRequest, WorkerId};

@@ -2,8 +2,8 @@
 //! batches and a ROUTER answering replay requests from a bounded buffer, as vLLM does. The
 //! simulated engines of `serve --simulate` and the tests' fake engines use it.
 
-use crate::engine_event::{EngineEvent, EngineEventBatch};
-use crate::event_transport::TransportError;
+use crate::engine_events::engine_event::{EngineEvent, EngineEventBatch};
+use crate::engine_events::event_transport::TransportError;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -256,8 +256,8 @@ fn write_optional_str(out: &mut Vec<u8>, value: Option<&str>) -> Result<(), Enco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine_event::{BlockRemoved, BlockStored};
-    use crate::msgpack_batch::decode_event_batch;
+    use crate::engine_events::engine_event::{BlockRemoved, BlockStored};
+    use crate::engine_events::msgpack_batch::decode_event_batch;
 
     #[test]
     fn encoded_batches_decode_to_themselves() {

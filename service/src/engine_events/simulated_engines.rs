@@ -8,10 +8,12 @@
 //! not hold (and `BlockRemoved` for what its LRU cache of `kv_blocks` evicts), and reports
 //! `prefill_complete`. The client releases the booking (`DELETE /reservations/{id}`).
 
-use crate::engine_event::{BlockRemoved, BlockStored, EngineEvent, EngineEventBatch};
-use crate::engine_publisher::{EnginePublisher, encode_batch};
-use crate::event_transport::TransportError;
-use crate::selection_service::{BookedRequest, BookingObserver, SelectionService};
+use crate::engine_events::engine_event::{
+    BlockRemoved, BlockStored, EngineEvent, EngineEventBatch,
+};
+use crate::engine_events::engine_publisher::{EnginePublisher, encode_batch};
+use crate::engine_events::event_transport::TransportError;
+use crate::selection::selection_service::{BookedRequest, BookingObserver, SelectionService};
 use crate::worker_record::{WireRole, WorkerRequest};
 use dynamo_kv_router::kv::{SequenceHash, sequence_hashes_for_tokens};
 use dynamo_kv_router::plugins::KvFetchPayload;

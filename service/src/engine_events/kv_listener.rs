@@ -13,12 +13,12 @@
 //! (and its `seq` 0 may have gone by unseen): the worker is cleared and rebuilt from the
 //! engine's replay from 0.
 
-use crate::event_batch_reader::read_event_batch;
-use crate::event_conversion::convert_batch;
-use crate::event_transport::EventTransport;
-use crate::ingest_stats::IngestStats;
+use crate::engine_events::event_batch_reader::read_event_batch;
+use crate::engine_events::event_conversion::convert_batch;
+use crate::engine_events::event_transport::EventTransport;
+use crate::engine_events::ingest_stats::IngestStats;
+use crate::engine_events::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use crate::partition::Partition;
-use crate::resubscription::{Delivery, Resubscription, ResubscriptionTiming};
 use bytes::Bytes;
 use dynamo_kv_router::kv::IgnoreReason;
 use dynamo_kv_router::router::{EventOutcome, WorkerId};

@@ -13,7 +13,7 @@
 //! dump itself in upstream's form, and its files are refused (the replica starts cold and the
 //! engines' replays refill it).
 
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::{PartitionKey, WorkerRequest};
 use dynamo_kv_router::identity::WorkerId;
 use dynamo_kv_router::kv::RouterEvent;

@@ -34,7 +34,7 @@ macro_rules! with_prompt_fields {
             pub is_eagle: Option<bool>,
         }
 
-        impl crate::json_body::TokenIdsBody for $name {
+        impl crate::http::json_body::TokenIdsBody for $name {
             fn token_ids_mut(&mut self) -> &mut Option<Vec<u32>> {
                 &mut self.token_ids
             }

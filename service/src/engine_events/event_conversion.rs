@@ -2,7 +2,7 @@
 //! (salted by the event's LoRA and cache salt), chained by the index through the parent's
 //! engine hash; every event of a batch numbered by the batch's ZMQ sequence number.
 
-use crate::engine_event::{BlockStored, EngineEvent, EngineEventBatch, SkipReason};
+use crate::engine_events::engine_event::{BlockStored, EngineEvent, EngineEventBatch, SkipReason};
 use dynamo_kv_router::kv::{
     EngineBlockHash, KvCacheEventData, RequestIdentity, RouterEvent, StorageTier,
     local_block_hashes,
@@ -82,7 +82,7 @@ fn stored_data(stored: &BlockStored, block_size: u32) -> KvCacheEventData {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine_event::BlockRemoved;
+    use crate::engine_events::engine_event::BlockRemoved;
     use dynamo_kv_router::kv::{LocalBlockHash, block_hashes};
 
     fn stored(hashes: Vec<u64>, parent: Option<u64>, tokens: Vec<u32>) -> EngineEvent {

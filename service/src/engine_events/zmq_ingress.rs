@@ -1,9 +1,9 @@
 //! The ingress that feeds each worker rank from its engine's ZMQ publisher.
 
-use crate::event_transport::{EventTransport, validate_endpoint};
-use crate::ingest_stats::IngestStats;
-use crate::ingress::{AttachedIngress, KvEventIngress};
-use crate::kv_listener::{KvListener, ListenerOptions, ListenerSpec};
+use crate::engine_events::event_transport::{EventTransport, validate_endpoint};
+use crate::engine_events::ingest_stats::IngestStats;
+use crate::engine_events::ingress::{AttachedIngress, KvEventIngress};
+use crate::engine_events::kv_listener::{KvListener, ListenerOptions, ListenerSpec};
 use crate::partition::Partition;
 use crate::worker_record::WorkerCatalogRecord;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ pub struct ZmqIngress {
     transport: Arc<dyn EventTransport>,
     options: ListenerOptions,
     stats: Arc<IngestStats>,
-    /// Where the listeners run: this runtime (an [`IngestThread`](crate::ingest_thread::IngestThread)'s),
+    /// Where the listeners run: this runtime (an [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s),
     /// or, when `None`, the runtime that attaches them.
     runtime: Option<Handle>,
 }
@@ -31,7 +31,7 @@ impl ZmqIngress {
     }
 
     /// Runs the listeners on `runtime` (an
-    /// [`IngestThread`](crate::ingest_thread::IngestThread)'s) instead of the runtime that
+    /// [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s) instead of the runtime that
     /// attaches them, so that engines' events do not take the threads serving requests.
     pub fn on_runtime(self, runtime: Handle) -> Self {
         Self {

@@ -1,12 +1,12 @@
 //! Read-only routes: `/ready`, `/loads`, `/overlap_scores` and `/metrics`.
 
 use crate::error::ServiceError;
-use crate::selection_request::OverlapScoresRequest;
-use crate::selection_response::{
+use crate::selection::selection_request::OverlapScoresRequest;
+use crate::selection::selection_response::{
     ModelLoadResponse, OverlapScoresResponse, PotentialLoad, ReadyResponse,
     SharedCacheOverlapScore, WorkerOverlapScore,
 };
-use crate::selection_service::SelectionService;
+use crate::selection::selection_service::SelectionService;
 use crate::worker_record::{PartitionKey, WorkerLifecycle};
 use dynamo_kv_router::metrics::escape_label;
 use dynamo_kv_router::router::WorkerId;

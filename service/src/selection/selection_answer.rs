@@ -3,10 +3,10 @@
 
 use crate::error::ServiceError;
 use crate::partition::Partition;
-use crate::prompt::NormalizedPrompt;
-use crate::selection::Admission;
-use crate::selection_response::{OverlapSummary, SelectResponse};
-use crate::selection_service::SelectionService;
+use crate::selection::prompt::NormalizedPrompt;
+use crate::selection::selection_response::{OverlapSummary, SelectResponse};
+use crate::selection::selection_service::SelectionService;
+use crate::selection::worker_choice::Admission;
 use dynamo_kv_router::router::{Booking, WorkerId};
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! booking-sync subscriptions run on it; publishers that send something at least once per
 //! `quiet` period (replicas send heartbeats) are never resubscribed while they live.
 
-use crate::event_transport::{EventStream, EventTransport};
+use crate::engine_events::event_transport::{EventStream, EventTransport};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;

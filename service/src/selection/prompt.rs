@@ -1,7 +1,7 @@
 //! A request's prompt, normalised: the router's sequence hashes and the prompt length.
 
 use crate::error::ServiceError;
-use crate::selection_request::PromptRequest;
+use crate::selection::selection_request::PromptRequest;
 use dynamo_kv_router::kv::{
     BlockExtraInfo, LocalBlockHash, RequestIdentity, SequenceHash, local_block_hashes,
     sequence_hashes,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::token_array::split_token_ids;
+use crate::http::token_array::split_token_ids;
 
 /// A request body read as JSON into `T`.
 pub struct JsonBody<T>(pub T);

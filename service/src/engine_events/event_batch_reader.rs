@@ -12,8 +12,8 @@
 //!
 //! Enters: a ZMQ or NATS payload. Leaves: an [`EngineEventBatch`] or a [`BatchDecodeError`].
 
-use crate::engine_event::{EngineEvent, EngineEventBatch};
-use crate::msgpack_batch::{
+use crate::engine_events::engine_event::{EngineEvent, EngineEventBatch};
+use crate::engine_events::msgpack_batch::{
     BatchDecodeError, bytes_hash, decode_event_batch, event, positional_removed, positional_stored,
     rank, timestamp, token_ids,
 };

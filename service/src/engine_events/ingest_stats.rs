@@ -1,6 +1,6 @@
 //! Counters of the KV-event ingestion, rendered into `/metrics`.
 
-use crate::engine_event::SkipReason;
+use crate::engine_events::engine_event::SkipReason;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
