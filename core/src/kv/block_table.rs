@@ -4,9 +4,11 @@
 //! live) only for a slot whose tag matches.
 //!
 //! The home slot is computed from the tag alone (`tag · homes / 2^32`), so growing and
-//! deleting never read the slab, and the slot count need not be a power of two: the table
-//! grows by half, which keeps it 58–88 % full (a doubling table can sit at 44 %, and at a
-//! million blocks its slots would cost more than the slab).
+//! deleting never read the slab, and the slot count need not be a power of two. A table grows
+//! at 7/8 full. Below [`SMALL_HOMES`] (1 MiB of slots) it doubles, so a small table sits
+//! 44–88 % full and grows half as often: shorter runs to probe and shift, for at most a few
+//! hundred KiB more. From there on it grows by half, which keeps it 58–88 % full (at a
+//! million blocks a doubling table's slots would cost more than the slab).
 //!
 //! Linear probing with the entries in the order of their tags: homes rise with tags, and a
 //! run never wraps around the end (the last runs spill into a few slots past the last home,
@@ -31,6 +33,10 @@ const TAG: u64 = 0xFFFF_FFFF_0000_0000;
 
 /// The slots past the last home a table starts with, for the runs that reach its top.
 const SPILL: usize = 64;
+
+/// Below this many homes (1 MiB of slots) a table doubles when it grows; from it on, it grows
+/// by half.
+const SMALL_HOMES: usize = 1 << 17;
 
 /// Key hash → slab index, with the keys kept by the caller.
 #[derive(Default)]
@@ -232,7 +238,12 @@ impl BlockTable {
     }
 
     fn grow(&mut self) {
-        let homes = capacity_for(self.len + 1).max(self.homes + self.homes / 2);
+        let step = if self.homes < SMALL_HOMES {
+            self.homes * 2
+        } else {
+            self.homes + self.homes / 2
+        };
+        let homes = capacity_for(self.len + 1).max(step);
         let old = std::mem::replace(&mut self.slots, HugePageArray::zeroed(homes + SPILL));
         self.homes = homes;
         self.refile(&old);
@@ -556,6 +567,29 @@ mod tests {
         for (block, key) in keys.iter().enumerate() {
             let found = grown.find(key_hash(*key), |b| keys[b as usize] == *key);
             assert_eq!(found, Some(block as u32), "block {block}");
+        }
+    }
+
+    #[test]
+    fn small_tables_double_and_large_ones_grow_by_half_each_at_most_seven_eighths_full() {
+        let mut table = BlockTable::default();
+        let mut steps = Vec::new();
+        for (block, key) in keys(200_000).into_iter().enumerate() {
+            let before = table.homes;
+            table.insert(key_hash(key), block as u32);
+            assert!(table.len * 8 <= table.homes * 7, "over 7/8 full at {block}");
+            if table.homes != before {
+                steps.push((before, table.homes));
+            }
+        }
+        assert!(steps.iter().any(|&(from, _)| from >= SMALL_HOMES));
+        for (from, to) in steps.into_iter().skip(1) {
+            let expected = if from < SMALL_HOMES {
+                from * 2
+            } else {
+                from + from / 2
+            };
+            assert_eq!(to, expected, "growing from {from} homes");
         }
     }
 
