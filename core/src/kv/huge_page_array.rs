@@ -22,8 +22,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The huge page size the alignment and the advice are for (x86-64 and most arm64 kernels).
 const HUGE_PAGE: usize = 2 << 20;
 
-/// The size from which an array is mapped straight from the kernel and populated at once.
-const MAPPED_FROM: usize = 256 << 10;
+/// The size from which an array is mapped straight from the kernel and populated at once: one
+/// huge page, the least a huge page can back. A smaller array gains nothing from the mapping,
+/// and the allocator serves it from memory the process freed before (the tables a growing
+/// index left behind, an index dropped earlier), which is already faulted in, where a fresh
+/// mapping faults in every page again.
+const MAPPED_FROM: usize = HUGE_PAGE;
 
 /// A heap array of `u64`s, all 0 at first, with huge-page backing when it is large.
 pub(crate) struct HugePageArray {
