@@ -388,8 +388,7 @@ fn compare_decoders(payloads: &[Vec<u8>]) {
             for payload in payloads {
                 let batch = decode(payload).expect("batch");
                 for event in &batch.events {
-                    if let kv_router_service::engine_events::engine_event::EngineEvent::BlockStored(stored) = event
-                    {
+                    if let EngineEvent::BlockStored(stored) = event {
                         blocks += stored.block_hashes.len();
                     }
                 }

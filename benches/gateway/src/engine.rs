@@ -16,7 +16,9 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
-use kv_router_service::engine_events::engine_event::{BlockRemoved, BlockStored, EngineEvent, EngineEventBatch};
+use kv_router_service::engine_events::engine_event::{
+    BlockRemoved, BlockStored, EngineEvent, EngineEventBatch,
+};
 use kv_router_service::engine_events::engine_publisher::{EnginePublisher, encode_batch};
 use parking_lot::Mutex;
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! an OS thread of its own.
 //!
 //! Enters: the futures an ingress spawns on [`IngestThread::handle`] (the ZMQ listeners of
-//! [`ZmqIngress::on_runtime`](crate::engine_events::zmq_ingress::ZmqIngress::on_runtime), the JetStream
+//! [`ZmqIngress::on_runtime`](super::zmq_ingress::ZmqIngress::on_runtime), the JetStream
 //! consumer of [`NatsIngress::connect_on`](crate::nats::NatsIngress::connect_on)). Leaves:
 //! nothing; they apply their events to the partitions' indexes, behind the same locks as
 //! before.

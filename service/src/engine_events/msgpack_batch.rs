@@ -29,8 +29,8 @@ fn fail<T>(message: impl Into<String>) -> Result<T, BatchDecodeError> {
 /// Decodes one msgpack `EventBatch`.
 ///
 /// This reads the payload into a whole `rmpv` value tree: every layout, with messages that
-/// name what is wrong. [`crate::engine_events::event_batch_reader::read_event_batch`] reads the common vLLM
-/// layout faster and hands everything else to this.
+/// name what is wrong. [`read_event_batch`](super::event_batch_reader::read_event_batch) reads
+/// the common vLLM layout faster and hands everything else to this.
 pub fn decode_event_batch(payload: &[u8]) -> Result<EngineEventBatch, BatchDecodeError> {
     let mut reader = payload;
     let value = rmpv::decode::read_value(&mut reader)

@@ -14,8 +14,10 @@ pub struct ZmqIngress {
     transport: Arc<dyn EventTransport>,
     options: ListenerOptions,
     stats: Arc<IngestStats>,
-    /// Where the listeners run: this runtime (an [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s),
-    /// or, when `None`, the runtime that attaches them.
+    /// Where the listeners run: this runtime (an [`IngestThread`]'s), or, when `None`, the
+    /// runtime that attaches them.
+    ///
+    /// [`IngestThread`]: super::ingest_thread::IngestThread
     runtime: Option<Handle>,
 }
 
@@ -30,9 +32,10 @@ impl ZmqIngress {
         }
     }
 
-    /// Runs the listeners on `runtime` (an
-    /// [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s) instead of the runtime that
+    /// Runs the listeners on `runtime` (an [`IngestThread`]'s) instead of the runtime that
     /// attaches them, so that engines' events do not take the threads serving requests.
+    ///
+    /// [`IngestThread`]: super::ingest_thread::IngestThread
     pub fn on_runtime(self, runtime: Handle) -> Self {
         Self {
             runtime: Some(runtime),

@@ -241,9 +241,10 @@ pub struct NatsIngress {
     client: async_nats::Client,
     pub(super) stream: async_nats::jetstream::stream::Stream,
     pub(super) options: NatsOptions,
-    /// Where the consumer runs: this runtime (an
-    /// [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s), or, when `None`, the runtime
-    /// that calls [`NatsIngress::begin`].
+    /// Where the consumer runs: this runtime (an [`IngestThread`]'s), or, when `None`, the
+    /// runtime that calls [`NatsIngress::begin`].
+    ///
+    /// [`IngestThread`]: crate::engine_events::ingest_thread::IngestThread
     consumer_runtime: Option<Handle>,
 }
 
@@ -272,9 +273,11 @@ impl NatsIngress {
     }
 
     /// [`NatsIngress::connect`], with the consumer (which reads the stream and applies its
-    /// events) running on `runtime` (an [`IngestThread`](crate::engine_events::ingest_thread::IngestThread)'s)
-    /// instead of the runtime that begins it, so that applying events does not take the
+    /// events) running on `runtime` (an [`IngestThread`]'s) instead of the runtime that begins
+    /// it, so that applying events does not take the
     /// threads serving requests. The connection itself stays on the calling runtime.
+    ///
+    /// [`IngestThread`]: crate::engine_events::ingest_thread::IngestThread
     pub async fn connect_on(
         options: NatsOptions,
         runtime: Handle,

@@ -6,13 +6,13 @@
 use crate::engine_events::ingress::{AttachedIngress, KvEventIngress};
 use crate::error::ServiceError;
 use crate::partition::Partition;
-use crate::replica::hook::LocalBooking;
+use crate::replica::hook::{LocalBooking, ReplicaHook};
 use crate::selection::reservations::{PendingSelections, ReservationIndex};
 use crate::worker_record::{PartitionKey, WorkerCatalogRecord, WorkerLifecycle};
 use dynamo_kv_router::router::{RouterOptions, RouterSetup, WorkerId};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// One registered worker: its record and, when schedulable, the ingress feeding its events.
@@ -35,7 +35,7 @@ pub struct SelectionService {
     pub(crate) pending: Mutex<PendingSelections>,
     pub(crate) observer: Option<Arc<dyn BookingObserver>>,
     /// The replica layer, when this service is one of several replicas.
-    pub(crate) replica: std::sync::OnceLock<Arc<dyn crate::replica::hook::ReplicaHook>>,
+    pub(crate) replica: OnceLock<Arc<dyn ReplicaHook>>,
     /// Other layers reporting on `/metrics` (the OpenAI gateway).
     pub(crate) metric_sources: RwLock<Vec<Arc<dyn MetricsSource>>>,
 }
@@ -84,7 +84,7 @@ impl SelectionService {
             reservations: Mutex::new(ReservationIndex::default()),
             pending: Mutex::new(PendingSelections::default()),
             observer: None,
-            replica: std::sync::OnceLock::new(),
+            replica: OnceLock::new(),
             metric_sources: RwLock::new(Vec::new()),
         }
     }
