@@ -15,6 +15,7 @@ mod concurrent;
 mod counting_alloc;
 mod dump_interop;
 mod engines;
+mod find_turns;
 mod ingest_phases;
 mod measure;
 mod report;
@@ -26,6 +27,7 @@ mod workload;
 use catalog as _;
 use clap::Parser;
 use engines::{Ours, UpstreamCrtc, UpstreamPositional, UpstreamRadix};
+use find_turns::Filled;
 use indicatif::{ProgressBar, ProgressStyle};
 use measure::{EngineReport, Rounds};
 use std::path::PathBuf;
@@ -46,6 +48,13 @@ struct Args {
     /// Passes over the synthetic queries when timing finds.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
+    /// Untimed passes over the synthetic queries before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    warmup_rounds: usize,
+    /// Queries each engine answers per turn when the finds take turns: few enough that a turn
+    /// lasts well under a millisecond, so that the machine's drift falls on every engine.
+    #[arg(long, default_value_t = 16)]
+    turn_queries: usize,
     /// Ingests per engine and workload (into fresh engines, the engines taking turns); the
     /// median rate is reported.
     #[arg(long, default_value_t = 3)]
@@ -117,8 +126,12 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
         panic!("{}: {error}", workload.name);
     }
     let bar = progress_bar();
-    let per_engine = workload.queries.len() * rounds.find_rounds * 2;
-    bar.set_length(4 * per_engine as u64);
+    let passes = if workload.checkpoints.is_some() {
+        1
+    } else {
+        rounds.warmup_rounds + rounds.find_rounds
+    };
+    bar.set_length((workload.queries.len() * passes) as u64);
     let size = workload.block_size;
     let workers = workload.workers;
     // The timed ingests, the engines taking turns: the machine's speed drifts over seconds,
@@ -154,36 +167,13 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
             workload,
         ));
     }
-    let reports = vec![
-        measure::run(
-            || Ours::new(workers, size),
-            workload,
-            rounds,
-            &ingests[0],
-            &bar,
-        ),
-        measure::run(
-            || UpstreamRadix::new(size),
-            workload,
-            rounds,
-            &ingests[1],
-            &bar,
-        ),
-        measure::run(
-            || UpstreamPositional::new(size),
-            workload,
-            rounds,
-            &ingests[2],
-            &bar,
-        ),
-        measure::run(
-            || UpstreamCrtc::new(size),
-            workload,
-            rounds,
-            &ingests[3],
-            &bar,
-        ),
+    let contenders = vec![
+        Filled::boxed(|| Ours::new(workers, size), workload, &ingests[0]),
+        Filled::boxed(|| UpstreamRadix::new(size), workload, &ingests[1]),
+        Filled::boxed(|| UpstreamPositional::new(size), workload, &ingests[2]),
+        Filled::boxed(|| UpstreamCrtc::new(size), workload, &ingests[3]),
     ];
+    let reports = find_turns::in_turns(contenders, workload, rounds, &bar);
     bar.finish_and_clear();
     Comparison {
         reports,
@@ -273,6 +263,7 @@ fn one_run(
             workload,
             Rounds {
                 find_rounds: 1,
+                warmup_rounds: 0,
                 ..rounds
             },
         );
@@ -333,6 +324,8 @@ fn main() -> ExitCode {
     let mut mismatches = 0;
     let rounds = Rounds {
         find_rounds: args.rounds.max(1),
+        warmup_rounds: args.warmup_rounds,
+        turn_queries: args.turn_queries.max(1),
         ingest_runs: args.ingest_runs.max(1),
     };
     let named = |phase: &str| args.only.iter().any(|p| p == phase);

@@ -1,10 +1,10 @@
-//! Runs one engine through a workload: ingest (timed, with the live bytes it leaves), finds
-//! with hashes given and from tokens (timed per call), and the depth cross-check.
+//! What one engine does on a workload, and how it is measured: ingest (timed, with the live
+//! bytes it leaves), one find (timed per call) with its depth cross-check, and the report
+//! they fill. `find_turns` takes the finds of every engine in turns.
 
 use crate::counting_alloc::live_bytes;
 use crate::engines::Engine;
 use crate::workload::Workload;
-use indicatif::ProgressBar;
 use std::time::{Duration, Instant};
 
 /// Latency percentiles of one kind of call.
@@ -65,6 +65,11 @@ pub struct EngineReport {
 pub struct Rounds {
     /// Passes over the queries when timing finds.
     pub find_rounds: usize,
+    /// Untimed passes over the queries before the timed ones (so that no engine's first pass
+    /// pays for the caches the engine filled before it left behind).
+    pub warmup_rounds: usize,
+    /// Queries each engine answers in one turn of the finds.
+    pub turn_queries: usize,
     /// Ingests into fresh engines per engine, taken in turns across engines; the median rate
     /// is reported.
     pub ingest_runs: usize,
@@ -93,7 +98,7 @@ fn check(
 }
 
 /// Times one find, reads its depths and checks them against the oracle's.
-fn timed_find<E: Engine>(
+pub(crate) fn timed_find<E: Engine>(
     engine: &mut E,
     find: impl FnOnce(&mut E) -> E::Answer,
     report: &mut EngineReport,
@@ -122,7 +127,7 @@ pub struct IngestSample {
 
 /// Ingests every event of `workload` into `engine`: the events are converted first, then
 /// applied in a timed loop; the live bytes left are the index's.
-fn ingest<E: Engine>(engine: &mut E, workload: &Workload) -> IngestSample {
+pub(crate) fn ingest<E: Engine>(engine: &mut E, workload: &Workload) -> IngestSample {
     let before = live_bytes();
     let native: Vec<E::Event> = workload.events.iter().map(|e| engine.convert(e)).collect();
     let start = Instant::now();
@@ -156,7 +161,7 @@ pub fn median_ingest(samples: &[IngestSample]) -> Option<IngestSample> {
 /// The report's ingest figures from `samples` (ingests into fresh engines, which the caller
 /// takes in turns with the other engines', so that the machine's drift hits every engine
 /// alike): the median rates, and the bytes of the first ingest.
-fn summarize_ingests(report: &mut EngineReport, samples: &[IngestSample]) {
+pub(crate) fn summarize_ingests(report: &mut EngineReport, samples: &[IngestSample]) {
     if let Some(median) = median_ingest(samples) {
         report.ingest_blocks_per_sec = median.blocks_per_sec;
         report.ingest_events_per_sec = median.events_per_sec;
@@ -164,97 +169,4 @@ fn summarize_ingests(report: &mut EngineReport, samples: &[IngestSample]) {
     if let Some(first) = samples.first() {
         report.bytes_per_membership = first.bytes_per_membership;
     }
-}
-
-/// Measures `make()`'s engine on `workload`; its ingest figures come from `ingests` (see
-/// [`ingest_once`]), and one more ingest fills the engine the finds run on.
-pub fn run<E: Engine>(
-    make: impl Fn() -> E,
-    workload: &Workload,
-    rounds: Rounds,
-    ingests: &[IngestSample],
-    progress: &ProgressBar,
-) -> EngineReport {
-    let mut engine = make();
-    let mut report = EngineReport {
-        engine: engine.name(),
-        ..EngineReport::default()
-    };
-    progress.set_message(format!("{}: ingest", report.engine));
-    // This ingest only fills the engine for its finds, unless no timed ingests were given.
-    let own = [ingest(&mut engine, workload)];
-    summarize_ingests(&mut report, if ingests.is_empty() { &own } else { ingests });
-    let mut depths = vec![0u32; workload.workers as usize];
-    match &workload.checkpoints {
-        None => {
-            progress.set_message(format!("{}: finds", report.engine));
-            let mut samples = Vec::new();
-            for _ in 0..rounds.find_rounds {
-                for (n, query) in workload.queries.iter().enumerate() {
-                    let hashes = engine.hashes(query);
-                    let expected = (n, workload.expected[n].as_slice());
-                    samples.push(timed_find(
-                        &mut engine,
-                        |e| e.find(hashes),
-                        &mut report,
-                        "find",
-                        expected,
-                        &mut depths,
-                    ));
-                    progress.inc(1);
-                }
-            }
-            report.find = Latency::of(samples);
-            if workload.queries.iter().all(|q| q.tokens.is_some()) {
-                let mut samples = Vec::new();
-                for _ in 0..rounds.find_rounds {
-                    for (n, query) in workload.queries.iter().enumerate() {
-                        let tokens = query.tokens.as_deref().unwrap_or_default();
-                        let expected = (n, workload.expected[n].as_slice());
-                        samples.push(timed_find(
-                            &mut engine,
-                            |e| e.find_tokens(tokens),
-                            &mut report,
-                            "find from tokens",
-                            expected,
-                            &mut depths,
-                        ));
-                        progress.inc(1);
-                    }
-                }
-                report.find_tokens = Some(Latency::of(samples));
-            }
-        }
-        Some(checkpoints) => {
-            // Replay: a fresh engine sees the events up to each query, then the query.
-            drop(engine);
-            let mut engine = make();
-            progress.set_message(format!("{}: replay", report.engine));
-            let mut applied = 0;
-            let mut samples = Vec::with_capacity(workload.queries.len());
-            for (n, query) in workload.queries.iter().enumerate() {
-                for event in &workload.events[applied..checkpoints[n]] {
-                    let event = engine.convert(event);
-                    engine.apply(event);
-                }
-                if applied < checkpoints[n] {
-                    engine.sync();
-                }
-                applied = checkpoints[n];
-                let hashes = engine.hashes(query);
-                let expected = (n, workload.expected[n].as_slice());
-                samples.push(timed_find(
-                    &mut engine,
-                    |e| e.find(hashes),
-                    &mut report,
-                    "replay find",
-                    expected,
-                    &mut depths,
-                ));
-                progress.inc(1);
-            }
-            report.find = Latency::of(samples);
-        }
-    }
-    report
 }
