@@ -1,18 +1,29 @@
 //! A growable array in fixed-size chunks: indices stay valid as it grows, and growing never
 //! reserves more than one chunk beyond what is used (a `Vec` that doubles can leave half of
 //! its memory unused, which at a million blocks is more than the rest of the index).
+//!
+//! Each entry may carry a *side* value, stored in an array of its own within the entry's chunk:
+//! a loop that reads only the entries reads no side values' bytes, and one chunk lookup finds
+//! both. Without a side value (`S = ()`) the side array takes no memory.
 
 /// Entries per chunk (a power of two).
 const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
-/// Entries addressed by `u32` index, stored in chunks of [`CHUNK`].
-pub(crate) struct ChunkedSlab<T> {
-    chunks: Vec<Box<[T; CHUNK]>>,
+/// One chunk: [`CHUNK`] entries, then their side values.
+struct Chunk<T, S> {
+    entries: [T; CHUNK],
+    sides: [S; CHUNK],
+}
+
+/// Entries (each with a side value of type `S`) addressed by `u32` index, stored in chunks of
+/// [`CHUNK`].
+pub(crate) struct ChunkedSlab<T, S = ()> {
+    chunks: Vec<Box<Chunk<T, S>>>,
     len: usize,
 }
 
-impl<T> Default for ChunkedSlab<T> {
+impl<T, S> Default for ChunkedSlab<T, S> {
     fn default() -> Self {
         Self {
             chunks: Vec::new(),
@@ -21,7 +32,7 @@ impl<T> Default for ChunkedSlab<T> {
     }
 }
 
-impl<T: Copy + Default> ChunkedSlab<T> {
+impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     /// Entries in use (the highest index plus one).
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -37,16 +48,26 @@ impl<T: Copy + Default> ChunkedSlab<T> {
     pub(crate) fn reserve(&mut self, additional: usize) {
         let needed = (self.len + additional).div_ceil(CHUNK);
         while self.chunks.len() < needed {
-            // A fixed-size chunk, so indexing within it needs no bounds check.
-            self.chunks.push(Box::new([T::default(); CHUNK]));
+            // Fixed-size arrays, so indexing within a chunk needs no bounds check.
+            self.chunks.push(Box::new(Chunk {
+                entries: [T::default(); CHUNK],
+                sides: [S::default(); CHUNK],
+            }));
         }
     }
 
-    /// Appends `value`; returns its index.
+    /// Appends `value` with a default side value; returns its index.
     pub(crate) fn push(&mut self, value: T) -> u32 {
+        self.push_with_side(value, S::default())
+    }
+
+    /// Appends `value` with the side value `side`; returns its index.
+    pub(crate) fn push_with_side(&mut self, value: T, side: S) -> u32 {
         self.reserve(1);
         let index = self.len;
-        self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)] = value;
+        let chunk = &mut self.chunks[index >> CHUNK_BITS];
+        chunk.entries[index & (CHUNK - 1)] = value;
+        chunk.sides[index & (CHUNK - 1)] = side;
         self.len += 1;
         index as u32
     }
@@ -68,7 +89,7 @@ impl<T: Copy + Default> ChunkedSlab<T> {
     #[inline]
     pub(crate) fn get(&self, index: u32) -> &T {
         let index = index as usize;
-        &self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+        &self.chunks[index >> CHUNK_BITS].entries[index & (CHUNK - 1)]
     }
 
     /// The entry at `index`, if `index` is in use (or was, and is on the free list).
@@ -78,21 +99,35 @@ impl<T: Copy + Default> ChunkedSlab<T> {
         if index >= self.len {
             return None;
         }
-        Some(&self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)])
+        Some(&self.chunks[index >> CHUNK_BITS].entries[index & (CHUNK - 1)])
     }
 
     /// The entry at `index`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
         let index = index as usize;
-        &mut self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+        &mut self.chunks[index >> CHUNK_BITS].entries[index & (CHUNK - 1)]
+    }
+
+    /// The side value of the entry at `index`.
+    #[inline]
+    pub(crate) fn side(&self, index: u32) -> S {
+        let index = index as usize;
+        self.chunks[index >> CHUNK_BITS].sides[index & (CHUNK - 1)]
+    }
+
+    /// The side value of the entry at `index`, mutably.
+    #[inline]
+    pub(crate) fn side_mut(&mut self, index: u32) -> &mut S {
+        let index = index as usize;
+        &mut self.chunks[index >> CHUNK_BITS].sides[index & (CHUNK - 1)]
     }
 
     /// Every entry in use with its index.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.chunks
             .iter()
-            .flat_map(|chunk| chunk.iter())
+            .flat_map(|chunk| chunk.entries.iter())
             .take(self.len)
             .enumerate()
             .map(|(index, entry)| (index as u32, entry))
@@ -122,5 +157,32 @@ mod tests {
         }
         assert_eq!(slab.len(), CHUNK + 5);
         assert!(slab.chunks.len() <= 3);
+    }
+
+    #[test]
+    fn side_values_stay_with_their_entries_across_chunks() {
+        let mut slab = ChunkedSlab::<u32, u64>::default();
+        for value in 0..(2 * CHUNK as u32 + 3) {
+            let index = slab.push_with_side(value, u64::from(value) << 32);
+            assert_eq!(index, value);
+        }
+        for index in [0, 1, CHUNK as u32 - 1, CHUNK as u32, 2 * CHUNK as u32 + 2] {
+            assert_eq!(*slab.get(index), index);
+            assert_eq!(slab.side(index), u64::from(index) << 32);
+        }
+        *slab.side_mut(CHUNK as u32) = 9;
+        assert_eq!(slab.side(CHUNK as u32), 9);
+        assert_eq!(
+            *slab.get(CHUNK as u32),
+            CHUNK as u32,
+            "the entry beside it is untouched"
+        );
+        assert_eq!(slab.side(CHUNK as u32 + 1), (CHUNK as u64 + 1) << 32);
+        assert_eq!(slab.push(5), 2 * CHUNK as u32 + 3);
+        assert_eq!(
+            slab.side(2 * CHUNK as u32 + 3),
+            0,
+            "push leaves the default side value"
+        );
     }
 }

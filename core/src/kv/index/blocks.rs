@@ -9,13 +9,14 @@ use crate::identity::WorkerId;
 use crate::kv::block_table::{Vacancy, key_hash};
 use crate::kv::index_hasher::mix;
 
-/// One distinct block in the slab.
+/// One distinct block in the slab: what the overlap pass reads for every block of a prompt
+/// (16 bytes, four to a cache line). The engine hash the block was first reported with, which
+/// the pass reads only for a booking's hints, is the entry's side value in the slab, kept in an
+/// array of its own ([`KvIndex::canonical_engine`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Block {
     /// The block's sequence hash.
     pub(super) seq: u64,
-    /// The engine hash the block was first reported with.
-    pub(super) engine: u64,
     /// Holders among slots 0..63.
     pub(super) holders: u64,
 }
@@ -97,7 +98,7 @@ impl KvIndex {
         }
         let blocks = &self.blocks;
         self.by_engine
-            .find_or_vacancy(key_hash(engine), |block| blocks.get(block).engine == engine)
+            .find_or_vacancy(key_hash(engine), |block| blocks.side(block) == engine)
     }
 
     /// Whether `by_engine` files a block under `engine`.
@@ -122,7 +123,7 @@ impl KvIndex {
     #[inline(never)]
     fn find_self_named(&self, engine: u64) -> Option<u32> {
         self.find_block(engine)
-            .filter(|&block| self.blocks.get(block).engine == engine)
+            .filter(|&block| self.canonical_engine(block) == engine)
     }
 
     pub(super) fn overflow_mask(&self, block: u32, group: u32) -> u64 {
@@ -180,7 +181,13 @@ impl KvIndex {
         {
             return self.overrides[record].engine;
         }
-        self.blocks.get(block).engine
+        self.canonical_engine(block)
+    }
+
+    /// The canonical engine hash of `block`: the one it was first reported with.
+    #[inline]
+    pub(super) fn canonical_engine(&self, block: u32) -> u64 {
+        self.blocks.side(block)
     }
 
     /// The block `slot` holds under engine hash `engine`, if any.
@@ -218,17 +225,14 @@ impl KvIndex {
         origin: Origin,
         vacancy: Option<Vacancy>,
     ) -> u32 {
-        let entry = Block {
-            seq,
-            engine,
-            holders,
-        };
+        let entry = Block { seq, holders };
         let index = match self.free.pop() {
             Some(index) => {
                 *self.blocks.get_mut(index) = entry;
+                *self.blocks.side_mut(index) = engine;
                 index
             }
-            None => self.blocks.push(entry),
+            None => self.blocks.push_with_side(entry, engine),
         };
         match vacancy {
             Some(vacancy) => self.by_seq.fill(vacancy, key_hash(seq), index),
@@ -245,7 +249,7 @@ impl KvIndex {
     /// unless another block does (a block that is not self-named is then filed in
     /// `by_engine`), and is counted as unowned otherwise. Returns whether `block` owns it.
     pub(super) fn settle_engine(&mut self, block: u32) -> bool {
-        let engine = self.blocks.get(block).engine;
+        let engine = self.canonical_engine(block);
         let owned = match self.canonical_block(engine) {
             // A self-named block finds itself unless `by_engine` files its engine hash.
             Some(owner) => owner == block,
@@ -263,7 +267,7 @@ impl KvIndex {
     /// Records `block`, live, as the owner of its canonical engine hash if no block owns it
     /// (its owner may have been freed since it was allocated); returns whether `block` owns it.
     pub(super) fn claim_engine(&mut self, block: u32) -> bool {
-        let engine = self.blocks.get(block).engine;
+        let engine = self.canonical_engine(block);
         match self.canonical_block(engine) {
             Some(owner) => owner == block,
             None => {
@@ -277,21 +281,23 @@ impl KvIndex {
 
     /// Drops the slab entry `block` (held by no one) and its index entries.
     fn free_block(&mut self, block: u32) {
-        let entry = *self.blocks.get(block);
-        self.by_seq.remove(key_hash(entry.seq), block);
-        if entry.seq == entry.engine {
+        let seq = self.blocks.get(block).seq;
+        let engine = self.canonical_engine(block);
+        self.by_seq.remove(key_hash(seq), block);
+        if seq == engine {
             self.self_named -= 1;
             // It owned its engine hash unless `by_engine` files another block under it.
-            if self.files_engine(entry.engine) {
+            if self.files_engine(engine) {
                 self.unowned -= 1;
             }
-        } else if !self.by_engine.remove(key_hash(entry.engine), block) {
+        } else if !self.by_engine.remove(key_hash(engine), block) {
             self.unowned -= 1;
-        } else if self.self_named_block(entry.engine).is_some() {
+        } else if self.self_named_block(engine).is_some() {
             // The self-named block whose sequence hash is this engine hash owns it now.
             self.unowned -= 1;
         }
         *self.blocks.get_mut(block) = Block::default();
+        *self.blocks.side_mut(block) = 0;
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();
             self.lineage.pop();
@@ -447,15 +453,16 @@ impl KvIndex {
         let live = |index: u32, block: &Block| self.find_block(block.seq) == Some(index);
         let (mut unowned, mut self_named) = (0, 0);
         for (index, block) in self.blocks.iter().filter(|(i, b)| live(*i, b)) {
-            let filed = self.filed_block_or_vacancy(block.engine).ok();
-            if block.seq == block.engine {
+            let engine = self.canonical_engine(index);
+            let filed = self.filed_block_or_vacancy(engine).ok();
+            if block.seq == engine {
                 self_named += 1;
                 if filed == Some(index) {
                     return Err(format!("self-named block {index} is filed in by_engine"));
                 }
             }
             // Not `canonical_block`: it trusts the self-named count this recount checks.
-            let owner = filed.or_else(|| self.find_self_named(block.engine));
+            let owner = filed.or_else(|| self.find_self_named(engine));
             if owner != Some(index) {
                 unowned += 1;
             }

@@ -186,7 +186,7 @@ impl Dump {
             .first_engine
             .get(&u64::from(block))
             .copied()
-            .unwrap_or(index.blocks.get(block).engine);
+            .unwrap_or(index.canonical_engine(block));
         stored && first == engine
     }
 
@@ -201,7 +201,7 @@ impl Dump {
             return;
         }
         self.emitted[word] |= bit;
-        if engine != index.blocks.get(block).engine {
+        if engine != index.canonical_engine(block) {
             self.first_engine.insert(u64::from(block), engine);
         }
     }

@@ -348,8 +348,8 @@ impl KvIndex {
             && state.overrides == 0
             && group == 0
             && let Some(entry) = self.blocks.try_get(state.last_stored)
-            && entry.engine == parent
             && entry.holders & bit != 0
+            && self.canonical_engine(state.last_stored) == parent
         {
             return Some(state.last_stored);
         }
@@ -375,7 +375,7 @@ impl KvIndex {
                 let block = self.alloc_block(seq, engine, 0, origin);
                 (block, self.settle_engine(block))
             }
-            Some(block) if self.blocks.get(block).engine == engine => {
+            Some(block) if self.canonical_engine(block) == engine => {
                 (block, self.claim_engine(block))
             }
             Some(block) => (block, false),
@@ -410,7 +410,9 @@ impl KvIndex {
         let (_, bit) = split(slot);
         let guessed = match self.blocks.try_get(guess) {
             // Live (someone holds it) and, with no unowned blocks, the owner of its engine id.
-            Some(entry) => self.unowned == 0 && entry.holders != 0 && entry.engine == engine,
+            Some(entry) => {
+                self.unowned == 0 && entry.holders != 0 && self.canonical_engine(guess) == engine
+            }
             None => false,
         };
         let canonical = if guessed {
@@ -464,7 +466,7 @@ impl KvIndex {
         let (_, bit) = split(slot);
         let block = match self.find_block_or_vacancy(seq) {
             Ok(block) => {
-                let owned = self.blocks.get(block).engine == seq
+                let owned = self.canonical_engine(block) == seq
                     && (self.unowned == 0 || !self.files_engine(seq));
                 if !owned {
                     return None;

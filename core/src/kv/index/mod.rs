@@ -3,9 +3,10 @@
 //! Layout, chosen for memory (every (worker, block) membership costs one bit in the common case,
 //! and a distinct block about 24 bytes plus two 8-byte hash-table slots, one when the engine
 //! names the block by its sequence hash):
-//! - `blocks`: a slab of entries { sequence hash, the engine hash the block was first reported
-//!   with (its *canonical* engine hash), a 64-bit holder mask for worker slots 0..63 }, with a
-//!   free list; everything else refers to a block by its `u32` slab index;
+//! - `blocks`: a slab of entries { sequence hash, a 64-bit holder mask for worker slots 0..63 },
+//!   with a free list; everything else refers to a block by its `u32` slab index. Each entry's
+//!   side value is the engine hash the block was first reported with (its *canonical* engine
+//!   hash), kept in an array apart so that the overlap pass reads 16 bytes a block;
 //! - `by_seq`: sequence hash → slab index (an open-addressing table of tag + index slots; keys are
 //!   read from the slab);
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
@@ -60,7 +61,9 @@ const GROUP: usize = 64;
 /// Which registered worker caches which block.
 #[derive(Default)]
 pub struct KvIndex {
-    blocks: ChunkedSlab<Block>,
+    /// The blocks, each with its canonical engine hash as the side value (apart from the
+    /// entries, so that the overlap pass reads 16 bytes per block, not 24).
+    blocks: ChunkedSlab<Block, u64>,
     /// Each slab entry's local hash and parent (see `block_lineage`), for the dump; empty
     /// unless the index was built with lineage.
     lineage: BlockLineage,

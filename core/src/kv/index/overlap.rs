@@ -197,8 +197,7 @@ impl KvIndex {
             let (held, engine) = match block {
                 Some(block) => {
                     guess = block.wrapping_add(1);
-                    let entry = self.blocks.get(block);
-                    (entry.holders, entry.engine)
+                    (self.blocks.get(block).holders, self.canonical_engine(block))
                 }
                 None => (0, 0),
             };
@@ -263,7 +262,7 @@ impl KvIndex {
                 return lengths;
             }
             if let Some(block) = block {
-                record(position as usize, hash, self.blocks.get(block).engine);
+                record(position as usize, hash, self.canonical_engine(block));
             }
             position += 1;
         }
