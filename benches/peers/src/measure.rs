@@ -65,8 +65,8 @@ pub struct EngineReport {
 pub struct Rounds {
     /// Passes over the queries when timing finds.
     pub find_rounds: usize,
-    /// Untimed passes over the queries before the timed ones (so that no engine's first pass
-    /// pays for the caches the engine filled before it left behind).
+    /// Untimed passes over the queries before the timed ones, so that no engine's first timed
+    /// pass depends on which engine was filled last.
     pub warmup_rounds: usize,
     /// Queries each engine answers in one turn of the finds.
     pub turn_queries: usize,
