@@ -58,12 +58,12 @@ impl<E: Engine + 'static> Filled<E> {
             ..EngineReport::default()
         };
         let replayed = workload.checkpoints.is_some();
-        if ingests.is_empty() || !replayed {
-            let own = [ingest(&mut engine, workload)];
-            summarize_ingests(&mut report, if ingests.is_empty() { &own } else { ingests });
-        } else {
-            summarize_ingests(&mut report, ingests);
-        }
+        // The fill is the only ingest figure when no timed ingests were given.
+        let own: Vec<IngestSample> = (!replayed || ingests.is_empty())
+            .then(|| ingest(&mut engine, workload))
+            .into_iter()
+            .collect();
+        summarize_ingests(&mut report, if ingests.is_empty() { &own } else { ingests });
         if replayed {
             // A replay starts from an empty engine.
             engine = make();
@@ -163,6 +163,12 @@ pub fn in_turns(
 ) -> Vec<EngineReport> {
     let count = workload.queries.len();
     let mut turns = Turns::default();
+    let passes = if workload.checkpoints.is_some() {
+        1
+    } else {
+        rounds.warmup_rounds + rounds.find_rounds
+    };
+    progress.set_length((count * passes) as u64);
     if workload.checkpoints.is_some() {
         progress.set_message("replayed finds, the engines in turns");
         for n in 0..count {
@@ -172,7 +178,7 @@ pub fn in_turns(
     } else {
         let with_tokens = workload.queries.iter().all(|q| q.tokens.is_some());
         progress.set_message("finds, the engines in turns");
-        let turn = rounds.turn_queries.max(1);
+        let turn = rounds.turn_queries;
         for round in 0..rounds.warmup_rounds + rounds.find_rounds {
             if round == rounds.warmup_rounds {
                 for contender in contenders.iter_mut() {

@@ -126,12 +126,6 @@ fn compare(workload: &Workload, rounds: Rounds) -> Comparison {
         panic!("{}: {error}", workload.name);
     }
     let bar = progress_bar();
-    let passes = if workload.checkpoints.is_some() {
-        1
-    } else {
-        rounds.warmup_rounds + rounds.find_rounds
-    };
-    bar.set_length((workload.queries.len() * passes) as u64);
     let size = workload.block_size;
     let workers = workload.workers;
     // The timed ingests, the engines taking turns: the machine's speed drifts over seconds,

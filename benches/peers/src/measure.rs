@@ -68,7 +68,7 @@ pub struct Rounds {
     /// Untimed passes over the queries before the timed ones, so that no engine's first timed
     /// pass depends on which engine was filled last.
     pub warmup_rounds: usize,
-    /// Queries each engine answers in one turn of the finds.
+    /// Queries each engine answers in one turn of the finds (at least 1).
     pub turn_queries: usize,
     /// Ingests into fresh engines per engine, taken in turns across engines; the median rate
     /// is reported.

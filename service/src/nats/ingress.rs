@@ -274,8 +274,8 @@ impl NatsIngress {
 
     /// [`NatsIngress::connect`], with the consumer (which reads the stream and applies its
     /// events) running on `runtime` (an [`IngestThread`]'s) instead of the runtime that begins
-    /// it, so that applying events does not take the
-    /// threads serving requests. The connection itself stays on the calling runtime.
+    /// it, so that applying events does not take the threads serving requests. The connection
+    /// itself stays on the calling runtime.
     ///
     /// [`IngestThread`]: crate::engine_events::ingest_thread::IngestThread
     pub async fn connect_on(
