@@ -6,10 +6,12 @@
 //! bodies read by [`json_body`] (a prompt's `token_ids` through [`token_array`]'s fast path).
 //! **Leaves:** calls into [`crate::selection`], and JSON answers with the statuses upstream's
 //! service gives. [`loopback_client`] is the small client the tests and benches talk to the
-//! service with.
+//! service with; [`repolled`] keeps a served connection that wakes itself from waking another
+//! worker thread.
 
 pub mod json_body;
 pub mod loopback_client;
+pub mod repolled;
 pub mod token_array;
 
 use crate::error::{ServiceError, json_error, json_ok};
