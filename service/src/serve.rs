@@ -78,7 +78,9 @@ impl BoundService {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` completes.
+    /// Serves until `shutdown` completes, then lets the requests in flight finish. A failed
+    /// accept is logged and retried (after a pause unless only that connection went wrong), so
+    /// serving ends only at the shutdown, with `Ok`.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
