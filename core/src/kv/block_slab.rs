@@ -48,12 +48,20 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     pub(crate) fn reserve(&mut self, additional: usize) {
         let needed = (self.len + additional).div_ceil(CHUNK);
         while self.chunks.len() < needed {
-            // Fixed-size arrays, so indexing within a chunk needs no bounds check.
-            self.chunks.push(Box::new(Chunk {
-                entries: [T::default(); CHUNK],
-                sides: [S::default(); CHUNK],
-            }));
+            self.add_chunk();
         }
+    }
+
+    /// Allocates one more chunk. Out of line: a push takes it once in [`CHUNK`] pushes, and
+    /// the check that decides it stays in the push itself.
+    #[cold]
+    #[inline(never)]
+    fn add_chunk(&mut self) {
+        // Fixed-size arrays, so indexing within a chunk needs no bounds check.
+        self.chunks.push(Box::new(Chunk {
+            entries: [T::default(); CHUNK],
+            sides: [S::default(); CHUNK],
+        }));
     }
 
     /// Appends `value` with a default side value; returns its index.
@@ -62,9 +70,12 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     }
 
     /// Appends `value` with the side value `side`; returns its index.
+    #[inline]
     pub(crate) fn push_with_side(&mut self, value: T, side: S) -> u32 {
-        self.reserve(1);
         let index = self.len;
+        if index >> CHUNK_BITS >= self.chunks.len() {
+            self.add_chunk();
+        }
         let chunk = &mut self.chunks[index >> CHUNK_BITS];
         chunk.entries[index & (CHUNK - 1)] = value;
         chunk.sides[index & (CHUNK - 1)] = side;
