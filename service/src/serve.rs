@@ -148,26 +148,23 @@ async fn serve_connection(
     let service = TowerToHyperService::new(routes);
     let mut connection =
         pin!(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
-    loop {
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    tracing::debug!(%error, "a client connection ended with an error");
-                }
-                return;
-            }
-            changed = stopping.changed() => {
-                if changed.is_err() || *stopping.borrow() {
-                    connection.as_mut().graceful_shutdown();
-                    // Serve out the request in flight, then stop.
-                    if let Err(error) = connection.as_mut().await {
-                        tracing::debug!(%error, "a client connection ended with an error");
-                    }
-                    return;
-                }
-            }
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = stop_requested(&mut stopping) => {
+            // Serve out the request in flight, then stop.
+            connection.as_mut().graceful_shutdown();
+            connection.as_mut().await
         }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "a client connection ended with an error");
     }
+}
+
+/// Completes once the server asks its connections to stop (or is gone).
+async fn stop_requested(stopping: &mut watch::Receiver<bool>) {
+    // `Err`: the server dropped its sender, which means stopping too.
+    let _ = stopping.wait_for(|stop| *stop).await;
 }
 
 /// An accept that failed: a connection that went away before it was accepted is skipped; any

@@ -163,23 +163,20 @@ pub fn in_turns(
 ) -> Vec<EngineReport> {
     let count = workload.queries.len();
     let mut turns = Turns::default();
-    let passes = if workload.checkpoints.is_some() {
-        1
-    } else {
-        rounds.warmup_rounds + rounds.find_rounds
-    };
-    progress.set_length((count * passes) as u64);
     if workload.checkpoints.is_some() {
+        progress.set_length(count as u64);
         progress.set_message("replayed finds, the engines in turns");
         for n in 0..count {
             turns.take(&mut contenders, |c| c.replay_find(workload, n));
             progress.inc(1);
         }
     } else {
+        let passes = rounds.warmup_rounds + rounds.find_rounds;
+        progress.set_length((count * passes) as u64);
         let with_tokens = workload.queries.iter().all(|q| q.tokens.is_some());
         progress.set_message("finds, the engines in turns");
         let turn = rounds.turn_queries;
-        for round in 0..rounds.warmup_rounds + rounds.find_rounds {
+        for round in 0..passes {
             if round == rounds.warmup_rounds {
                 for contender in contenders.iter_mut() {
                     contender.forget_finds();

@@ -120,6 +120,15 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
         &mut self.chunks[index >> CHUNK_BITS].entries[index & (CHUNK - 1)]
     }
 
+    /// Overwrites the entry at `index` (in use, or on the free list) and its side value.
+    #[inline]
+    pub(crate) fn set(&mut self, index: u32, value: T, side: S) {
+        let index = index as usize;
+        let chunk = &mut self.chunks[index >> CHUNK_BITS];
+        chunk.entries[index & (CHUNK - 1)] = value;
+        chunk.sides[index & (CHUNK - 1)] = side;
+    }
+
     /// The side value of the entry at `index`.
     #[inline]
     pub(crate) fn side(&self, index: u32) -> S {
@@ -128,7 +137,7 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     }
 
     /// The side value of the entry at `index`, mutably.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn side_mut(&mut self, index: u32) -> &mut S {
         let index = index as usize;
         &mut self.chunks[index >> CHUNK_BITS].sides[index & (CHUNK - 1)]

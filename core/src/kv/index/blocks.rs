@@ -228,8 +228,7 @@ impl KvIndex {
         let entry = Block { seq, holders };
         let index = match self.free.pop() {
             Some(index) => {
-                *self.blocks.get_mut(index) = entry;
-                *self.blocks.side_mut(index) = engine;
+                self.blocks.set(index, entry, engine);
                 index
             }
             None => self.blocks.push_with_side(entry, engine),
@@ -296,8 +295,7 @@ impl KvIndex {
             // The self-named block whose sequence hash is this engine hash owns it now.
             self.unowned -= 1;
         }
-        *self.blocks.get_mut(block) = Block::default();
-        *self.blocks.side_mut(block) = 0;
+        self.blocks.set(block, Block::default(), 0);
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();
             self.lineage.pop();
