@@ -167,6 +167,15 @@ async fn a_thousand_clients_that_leave_mid_stream_leave_no_load_and_cancel_upstr
     assert_eq!(disconnects, 1000, "{metrics}");
 }
 
+/// How many requests the gateway forwarded to `worker`, per `metrics`.
+fn worker_tries(metrics: &str, worker: u64) -> u64 {
+    let series = format!("kv_router_gateway_worker_requests_total{{worker_id=\"{worker}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str())?.parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
     let options = GatewayOptions {
@@ -187,7 +196,12 @@ async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
     for (id, engine) in [(1, &refusing), (2, &failing), (3, &hanging), (4, &good)] {
         gateway.register(id, &engine.endpoint());
     }
-    for salt in 0..12 {
+    // Ties between workers are broken at random, so a failing worker is tried only once a
+    // booking picks it: keep sending (at least 12 requests, at most 200) until every failing
+    // worker has been tried. Each try of one fails before the first byte, opens its circuit and
+    // is re-booked, so every answer comes from the healthy worker.
+    let mut tried_all = false;
+    for salt in 0..200 {
         let answer = post(
             &gateway.url("/v1/completions"),
             &completion(&tokens(64, salt), salt % 2 == 0, 2),
@@ -199,7 +213,13 @@ async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
             Some(4),
             "request {salt} served by the healthy worker"
         );
+        let metrics = get(&gateway.url("/metrics")).await.body;
+        tried_all = (1..=3).all(|worker| worker_tries(&metrics, worker) > 0);
+        if tried_all && salt >= 11 {
+            break;
+        }
     }
+    assert!(tried_all, "200 bookings never tried every failing worker");
     assert_eq!(
         gateway.settle().await,
         0,
