@@ -21,9 +21,11 @@
 //!
 //! A worker's cached prefix of a request is the longest run of the request's sequence hashes
 //! that all hold the worker's bit, so one pass over the hashes, AND-ing holder masks, yields
-//! every worker's prefix length and stops as soon as no worker continues the prefix. The blocks
-//! of a stored chain sit in consecutive slab entries, so the pass reads the entry after the
-//! previous block's first and probes `by_seq` only when that entry is another block's.
+//! every worker's prefix length and stops as soon as no worker continues the prefix (a prompt
+//! whose first block the index does not hold, the usual cold find, is answered from that one
+//! probe). The blocks of a stored chain sit in consecutive slab entries, so the pass reads the
+//! entry after the previous block's first and probes `by_seq` only when that entry is another
+//! block's.
 //!
 //! `KvIndex` is defined here; its methods live with their concept: `blocks` (the slab, its
 //! tables, override records and who holds which block), `overlap` (the overlap pass and what

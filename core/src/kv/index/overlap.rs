@@ -52,7 +52,7 @@ impl KvIndex {
         workers: &[WorkerId],
         out: &mut Vec<usize>,
     ) {
-        self.pass(
+        self.pass::<false>(
             SequenceHash::as_u64s(sequence_hashes).iter().copied(),
             workers,
             out,
@@ -74,7 +74,7 @@ impl KvIndex {
         prefix: &mut Vec<SequenceHash>,
     ) {
         prefix.clear();
-        self.pass(
+        self.pass::<false>(
             sequence_hashes.map(|hash| hash.0),
             workers,
             out,
@@ -106,7 +106,7 @@ impl KvIndex {
         let hashes = SequenceHash::as_u64s(sequence_hashes);
         let room = &mut engines.spare_capacity_mut()[..hashes.len()];
         let mut recorded = 0;
-        self.pass(
+        self.pass::<true>(
             hashes.iter().copied(),
             workers,
             out,
@@ -135,8 +135,15 @@ impl KvIndex {
 
     /// The overlap pass: `out[i]` becomes the prefix length of `workers[i]`; `canonical` gets,
     /// for each worker in order, whether it holds its blocks under their canonical engine
-    /// hashes; `record` gets the canonical engine hash of each position some worker continues.
-    fn pass(
+    /// hashes (`CANONICAL` says whether the caller reads that, so that the early answer below
+    /// can skip the workers' slots when it does not); `record` gets the canonical engine hash
+    /// of each position some worker continues.
+    ///
+    /// A prompt whose first block the index does not hold is cached by no worker. That is the
+    /// most common find on a cold prefix (more than half of the Mooncake trace's requests), and
+    /// it is answered from that one probe: every length is 0, without resolving the workers'
+    /// slots or setting up the per-slot lengths.
+    fn pass<const CANONICAL: bool>(
         &self,
         hashes: impl Iterator<Item = u64>,
         workers: &[WorkerId],
@@ -146,17 +153,31 @@ impl KvIndex {
     ) {
         out.clear();
         let all_trusted = self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty();
+        let mut hashes = hashes;
+        let first = hashes
+            .next()
+            .and_then(|hash| Some((hash, self.find_block(hash)?)));
+        let Some((first, first_block)) = first else {
+            if CANONICAL {
+                self.by_worker.resolve(workers, |slot| {
+                    canonical(self.trusted_slot(slot, all_trusted).1);
+                });
+            }
+            out.resize(workers.len(), 0);
+            return;
+        };
         self.by_worker.resolve(workers, |slot| {
             let (slot, own) = self.trusted_slot(slot, all_trusted);
             canonical(own);
             out.push(slot);
         });
+        let hashes = std::iter::once(first).chain(hashes);
         if self.slots.len() <= GROUP {
             let mask = out
                 .iter()
                 .filter(|slot| **slot != usize::MAX)
                 .fold(0u64, |mask, slot| mask | (1 << *slot));
-            let lengths = self.pass_group0(hashes, mask, record);
+            let lengths = self.pass_group0(hashes, first_block, mask, record);
             for length in out.iter_mut() {
                 *length = lengths.get(*length).map_or(0, |l| *l as usize);
             }
@@ -178,6 +199,7 @@ impl KvIndex {
     fn pass_group0(
         &self,
         hashes: impl Iterator<Item = u64>,
+        first_block: u32,
         mask: u64,
         mut record: impl FnMut(usize, u64, u64),
     ) -> [u32; GROUP] {
@@ -186,7 +208,8 @@ impl KvIndex {
         if active == 0 {
             return lengths;
         }
-        let mut guess = u32::MAX;
+        // The first block was found before the pass: its entry passes as the first guess.
+        let mut guess = first_block;
         let mut position = 0;
         for hash in hashes {
             let block = match self.blocks.try_get(guess) {
@@ -298,5 +321,59 @@ impl KvIndex {
             slot as usize
         };
         (trusted, state.overrides == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::hashing::{block_hashes, sequence_hashes};
+
+    /// A prompt whose first block the index does not hold ends the pass at its first probe:
+    /// every pass gives every worker 0 (even when later hashes name blocks the index holds),
+    /// the streamed pass pulls only the first hash, and the recording pass still says which
+    /// workers hold their blocks under canonical ids.
+    #[test]
+    fn a_prompt_whose_first_block_no_one_holds_is_answered_from_one_probe() {
+        let mut index = KvIndex::new();
+        let (a, b, untracked) = (
+            WorkerId::new(1, 0),
+            WorkerId::new(2, 0),
+            WorkerId::new(3, 0),
+        );
+        index.add_worker(a);
+        index.add_worker(b);
+        let held = sequence_hashes(&block_hashes(&(0..64).collect::<Vec<u32>>(), 16));
+        assert_eq!(index.store_predicted(a, &held, None), 4);
+        let workers = [a, untracked, b];
+        let mut out = Vec::new();
+        index.prefix_lengths(&held, &workers, &mut out);
+        assert_eq!(out, [4, 0, 0], "the held prompt itself");
+
+        let mut cold = held.clone();
+        cold[0] = SequenceHash(cold[0].0 ^ 1);
+        for query in [&cold[..], &[]] {
+            index.prefix_lengths(query, &workers, &mut out);
+            assert_eq!(out, [0, 0, 0], "{query:?}");
+            let (mut streamed, mut prefix, mut pulled) = (Vec::new(), vec![held[0]], 0);
+            index.prefix_lengths_streamed(
+                query.iter().inspect(|_| pulled += 1).copied(),
+                &workers,
+                &mut streamed,
+                &mut prefix,
+            );
+            assert_eq!(
+                (streamed.as_slice(), prefix.as_slice()),
+                (&[0, 0, 0][..], &[][..])
+            );
+            assert_eq!(pulled, query.len().min(1));
+            let mut engines = RecordedEngines::default();
+            index.prefix_lengths_and_engines(query, &workers, &mut out, &mut engines);
+            assert_eq!(out, [0, 0, 0]);
+            assert!(engines.hashes().is_empty());
+            assert_eq!(engines.own(0, 0..0), Some(&[][..]), "a uses canonical ids");
+            assert_eq!(engines.own(1, 0..0), None, "an untracked worker");
+            assert_eq!(engines.own(2, 0..0), Some(&[][..]), "b uses canonical ids");
+        }
     }
 }
