@@ -370,12 +370,29 @@ fn bench_book(c: &mut Criterion) {
             black_box(&lengths);
         });
     });
-    group.bench_function("pass_without_blocks", |b| {
-        // The pass's cost per booking that does not depend on the prompt: mapping the 64
-        // candidate workers to their slots and setting up the lengths.
-        let mut lengths = Vec::with_capacity(workers.len());
+    // A prompt of one block that some worker holds: the pass maps every candidate to its slot.
+    let mut lengths = Vec::with_capacity(workers.len());
+    let held_first: Vec<SequenceHash> = all_hashes
+        .iter()
+        .map(|hashes| hashes[..1].to_vec())
+        .find(|first| {
+            index.prefix_lengths(first, &workers, &mut lengths);
+            lengths.iter().any(|length| *length > 0)
+        })
+        .expect("a prompt whose first block some worker holds");
+    group.bench_function("pass_over_one_held_block", |b| {
+        // The pass's cost per booking that does not depend on the prompt's length: mapping
+        // the 64 candidate workers to their slots and setting up the lengths.
         b.iter(|| {
-            index.prefix_lengths(black_box(&[]), black_box(&workers), &mut lengths);
+            index.prefix_lengths(black_box(&held_first), black_box(&workers), &mut lengths);
+            black_box(&lengths);
+        });
+    });
+    let cold_first = [SequenceHash(held_first[0].0 ^ 1)];
+    group.bench_function("pass_over_a_cold_prompt", |b| {
+        // A prompt whose first block the index does not hold: answered from that one probe.
+        b.iter(|| {
+            index.prefix_lengths(black_box(&cold_first), black_box(&workers), &mut lengths);
             black_box(&lengths);
         });
     });

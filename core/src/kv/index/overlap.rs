@@ -166,17 +166,23 @@ impl KvIndex {
             out.resize(workers.len(), 0);
             return;
         };
+        // Each worker's slot written in place (no push, so no capacity check or length store
+        // per worker), and the holder mask of the slots below 64 gathered on the way.
+        out.resize(workers.len(), usize::MAX);
+        let mut slots = out.iter_mut();
+        let mut mask = 0u64;
         self.by_worker.resolve(workers, |slot| {
             let (slot, own) = self.trusted_slot(slot, all_trusted);
             canonical(own);
-            out.push(slot);
+            if slot < GROUP {
+                mask |= 1 << slot;
+            }
+            if let Some(out) = slots.next() {
+                *out = slot;
+            }
         });
         let hashes = std::iter::once(first).chain(hashes);
         if self.slots.len() <= GROUP {
-            let mask = out
-                .iter()
-                .filter(|slot| **slot != usize::MAX)
-                .fold(0u64, |mask, slot| mask | (1 << *slot));
             let lengths = self.pass_group0(hashes, first_block, mask, record);
             for length in out.iter_mut() {
                 *length = lengths.get(*length).map_or(0, |l| *l as usize);
