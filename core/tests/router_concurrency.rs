@@ -22,6 +22,18 @@ fn decode_router(options: RouterOptions) -> Arc<Router> {
     ))
 }
 
+/// Waits (at most 10 s) until `flag` is set.
+fn wait_until(flag: &AtomicBool, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !flag.load(Ordering::Acquire) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn concurrent_bookings_and_events_keep_the_accounting_exact() {
     const THREADS: usize = 4;
@@ -32,11 +44,15 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
     }
     let prompts: Vec<Vec<u32>> = (0..16).map(|n| tokens(64, n % 4)).collect();
     let stop = Arc::new(AtomicBool::new(false));
+    // The bookers start once events are being applied, so the two overlap however the threads
+    // are scheduled (on 2 cores the bookers could otherwise finish before the event thread ran).
+    let applying = Arc::new(AtomicBool::new(false));
 
     let events = {
         let router = Arc::clone(&router);
         let prompts = prompts.clone();
         let stop = Arc::clone(&stop);
+        let applying = Arc::clone(&applying);
         std::thread::spawn(move || {
             let mut ids = [0u64; 9];
             let mut round = 0usize;
@@ -55,6 +71,7 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
                 };
                 ids[w] += 1;
                 let _ = router.apply_event(&event);
+                applying.store(true, Ordering::Release);
                 round += 1;
             }
             round
@@ -65,7 +82,9 @@ fn concurrent_bookings_and_events_keep_the_accounting_exact() {
         .map(|t| {
             let router = Arc::clone(&router);
             let prompts = prompts.clone();
+            let applying = Arc::clone(&applying);
             std::thread::spawn(move || {
+                wait_until(&applying, "the event thread applying an event");
                 // Expected outstanding load per worker from this thread.
                 let mut outstanding: BTreeMap<u64, WorkerLoad> = BTreeMap::new();
                 let mut live = Vec::new();
