@@ -167,15 +167,6 @@ async fn a_thousand_clients_that_leave_mid_stream_leave_no_load_and_cancel_upstr
     assert_eq!(disconnects, 1000, "{metrics}");
 }
 
-/// How many requests the gateway forwarded to `worker`, per `metrics`.
-fn worker_tries(metrics: &str, worker: u64) -> u64 {
-    let series = format!("kv_router_gateway_worker_requests_total{{worker_id=\"{worker}\"}} ");
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series.as_str())?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
     let options = GatewayOptions {
@@ -214,7 +205,9 @@ async fn workers_failing_before_the_first_byte_are_skipped_and_probed_back() {
             "request {salt} served by the healthy worker"
         );
         let metrics = get(&gateway.url("/metrics")).await.body;
-        tried_all = (1..=3).all(|worker| worker_tries(&metrics, worker) > 0);
+        tried_all = (1..=3).all(|worker| {
+            worker_metric(&metrics, "kv_router_gateway_worker_requests_total", worker) > 0
+        });
         if tried_all && salt >= 11 {
             break;
         }

@@ -359,11 +359,7 @@ async fn the_official_client_is_routed_by_cached_prefix_with_hints() {
         "{load}"
     );
     let metrics = get(&gateway.url("/metrics")).await.body;
-    let retries = format!("kv_router_gateway_retries_total{{worker_id=\"{victim_id}\"}} ");
-    let retried: u64 = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(retries.as_str())?.parse().ok())
-        .unwrap_or(0);
+    let retried = worker_metric(&metrics, "kv_router_gateway_retries_total", victim_id);
     assert!(
         retried > 0,
         "requests booked on the killed engine were re-booked: {metrics}"

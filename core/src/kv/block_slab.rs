@@ -72,15 +72,13 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     /// Appends `value` with the side value `side`; returns its index.
     #[inline]
     pub(crate) fn push_with_side(&mut self, value: T, side: S) -> u32 {
-        let index = self.len;
-        if index >> CHUNK_BITS >= self.chunks.len() {
+        let index = self.len as u32;
+        if self.len >> CHUNK_BITS >= self.chunks.len() {
             self.add_chunk();
         }
-        let chunk = &mut self.chunks[index >> CHUNK_BITS];
-        chunk.entries[index & (CHUNK - 1)] = value;
-        chunk.sides[index & (CHUNK - 1)] = side;
+        self.set(index, value, side);
         self.len += 1;
-        index as u32
+        index
     }
 
     /// Drops the last entry (releasing its chunk once the chunk is empty).

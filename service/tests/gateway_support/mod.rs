@@ -220,3 +220,13 @@ pub fn tokens(n: usize, salt: u32) -> Vec<u32> {
         .map(|i| 1 + (salt * 7919 + i * 31) % 500)
         .collect()
 }
+
+/// The value of `metric` for worker `worker_id` in a `/metrics` text (0 when the series is
+/// absent).
+pub fn worker_metric(metrics: &str, metric: &str, worker_id: u64) -> u64 {
+    let series = format!("{metric}{{worker_id=\"{worker_id}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str())?.parse().ok())
+        .unwrap_or(0)
+}

@@ -136,8 +136,8 @@ impl KvIndex {
     /// The overlap pass: `out[i]` becomes the prefix length of `workers[i]`; `canonical` gets,
     /// for each worker in order, whether it holds its blocks under their canonical engine
     /// hashes (`CANONICAL` says whether the caller reads that, so that the early answer below
-    /// can skip the workers' slots when it does not); `record` gets the canonical engine hash
-    /// of each position some worker continues.
+    /// can skip mapping the workers to their slots when it does not); `record` gets the
+    /// canonical engine hash of each position some worker continues.
     ///
     /// A prompt whose first block the index does not hold is cached by no worker. That is the
     /// most common find on a cold prefix (more than half of the Mooncake trace's requests), and
@@ -152,22 +152,17 @@ impl KvIndex {
         record: impl FnMut(usize, u64, u64),
     ) {
         out.clear();
-        let all_trusted = self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty();
         let mut hashes = hashes;
         let first = hashes
             .next()
             .and_then(|hash| Some((hash, self.find_block(hash)?)));
-        let Some((first, first_block)) = first else {
-            if CANONICAL {
-                self.by_worker.resolve(workers, |slot| {
-                    canonical(self.trusted_slot(slot, all_trusted).1);
-                });
-            }
+        if first.is_none() && !CANONICAL {
             out.resize(workers.len(), 0);
             return;
-        };
+        }
         // Each worker's slot written in place (no push, so no capacity check or length store
         // per worker), and the holder mask of the slots below 64 gathered on the way.
+        let all_trusted = self.counters.workers_awaiting_recovery == 0 && self.overrides.is_empty();
         out.resize(workers.len(), usize::MAX);
         let mut slots = out.iter_mut();
         let mut mask = 0u64;
@@ -181,17 +176,21 @@ impl KvIndex {
                 *out = slot;
             }
         });
+        let Some((first, first_block)) = first else {
+            out.fill(0);
+            return;
+        };
         let hashes = std::iter::once(first).chain(hashes);
-        if self.slots.len() <= GROUP {
-            let lengths = self.pass_group0(hashes, first_block, mask, record);
-            for length in out.iter_mut() {
-                *length = lengths.get(*length).map_or(0, |l| *l as usize);
-            }
+        let (group0, groups);
+        let lengths: &[u32] = if self.slots.len() <= GROUP {
+            group0 = self.pass_group0(hashes, first_block, mask, record);
+            &group0
         } else {
-            let lengths = self.pass_groups(hashes, out, record);
-            for length in out.iter_mut() {
-                *length = lengths.get(*length).map_or(0, |l| *l as usize);
-            }
+            groups = self.pass_groups(hashes, out, record);
+            &groups
+        };
+        for length in out.iter_mut() {
+            *length = lengths.get(*length).map_or(0, |l| *l as usize);
         }
     }
 
