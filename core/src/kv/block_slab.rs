@@ -111,6 +111,20 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
         Some(&self.chunks[index >> CHUNK_BITS].entries[index & (CHUNK - 1)])
     }
 
+    /// The entries from `index` to the end of its chunk (or to the last entry in use), with
+    /// their side values: empty when `index` is not in use.
+    #[inline]
+    pub(crate) fn run_from(&self, index: u32) -> (&[T], &[S]) {
+        let index = index as usize;
+        if index >= self.len {
+            return (&[], &[]);
+        }
+        let chunk = &self.chunks[index >> CHUNK_BITS];
+        let start = index & (CHUNK - 1);
+        let end = (self.len - (index - start)).min(CHUNK);
+        (&chunk.entries[start..end], &chunk.sides[start..end])
+    }
+
     /// The entry at `index`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
@@ -202,5 +216,35 @@ mod tests {
             0,
             "push leaves the default side value"
         );
+    }
+    #[test]
+    fn a_run_ends_at_its_chunk_or_at_the_last_entry_in_use() {
+        let mut slab = ChunkedSlab::<u32, u64>::default();
+        let len = 2 * CHUNK as u32 + 10;
+        for value in 0..len {
+            slab.push_with_side(value, u64::from(value) + 100);
+        }
+        let chunk = CHUNK as u32;
+        for (from, expected_len) in [
+            (0, CHUNK),
+            (chunk - 1, 1),
+            (chunk, CHUNK),
+            (chunk + 7, CHUNK - 7),
+            (2 * chunk, 10),
+            (len - 1, 1),
+            (len, 0),
+            (u32::MAX, 0),
+        ] {
+            let (entries, sides) = slab.run_from(from);
+            assert_eq!(
+                (entries.len(), sides.len()),
+                (expected_len, expected_len),
+                "{from}"
+            );
+            for (offset, (entry, side)) in entries.iter().zip(sides).enumerate() {
+                let index = from + offset as u32;
+                assert_eq!((*entry, *side), (index, u64::from(index) + 100), "{from}");
+            }
+        }
     }
 }

@@ -25,7 +25,8 @@
 //! whose first block the index does not hold, the usual cold find, is answered from that one
 //! probe). The blocks of a stored chain sit in consecutive slab entries, so the pass reads the
 //! entry after the previous block's first and probes `by_seq` only when that entry is another
-//! block's.
+//! block's; a stretch of such entries that every worker still in the prefix holds is read as a
+//! run, straight from its chunk's array.
 //!
 //! `KvIndex` is defined here; its methods live with their concept: `blocks` (the slab, its
 //! tables, override records and who holds which block), `overlap` (the overlap pass and what

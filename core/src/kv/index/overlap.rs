@@ -43,6 +43,17 @@ impl RecordedEngines {
     }
 }
 
+/// Why a run of the overlap pass ([`KvIndex::run_of_held_blocks`]) stopped.
+enum RunEnd {
+    /// The request's hashes ran out.
+    Hashes,
+    /// This hash's block is not the next entry, or some worker still in the prefix does not
+    /// hold it.
+    Block(u64),
+    /// The run reached the end of its chunk, or the last entry in use.
+    Entries,
+}
+
 impl KvIndex {
     /// For each of `workers`, the number of leading `sequence_hashes` it caches, computed in one
     /// pass over the hashes that stops when no worker continues the prefix. Untracked workers get 0.
@@ -200,10 +211,12 @@ impl KvIndex {
     /// order, and a chain removed leaf-first is reused in order from the free list), so the
     /// pass first tries the entry after the previous block's and probes the sequence-hash
     /// table only when that entry holds another block: a prefix is mostly a sequential scan
-    /// of the slab rather than one random table probe per block.
+    /// of the slab rather than one random table probe per block. Most of that scan is taken in
+    /// runs ([`KvIndex::run_of_held_blocks`]): consecutive entries that every worker still in
+    /// the prefix holds, read from their chunk's array with nothing to write but the position.
     fn pass_group0(
         &self,
-        hashes: impl Iterator<Item = u64>,
+        mut hashes: impl Iterator<Item = u64>,
         first_block: u32,
         mask: u64,
         mut record: impl FnMut(usize, u64, u64),
@@ -216,7 +229,18 @@ impl KvIndex {
         // The first block was found before the pass: its entry passes as the first guess.
         let mut guess = first_block;
         let mut position = 0;
-        for hash in hashes {
+        loop {
+            let (ran, end) =
+                self.run_of_held_blocks(guess, active, &mut hashes, &mut position, &mut record);
+            guess = guess.wrapping_add(ran);
+            let hash = match end {
+                RunEnd::Hashes => break,
+                RunEnd::Block(hash) => hash,
+                RunEnd::Entries => match hashes.next() {
+                    Some(hash) => hash,
+                    None => break,
+                },
+            };
             let block = match self.blocks.try_get(guess) {
                 // Freed entries hold no one, so they never pass for a block.
                 Some(entry) if entry.seq == hash && entry.holders != 0 => Some(guess),
@@ -247,6 +271,37 @@ impl KvIndex {
             active &= active - 1;
         }
         lengths
+    }
+
+    /// A run of [`KvIndex::pass_group0`]: from entry `guess` to the end of its chunk, takes
+    /// each entry whose block is the next of `hashes` and held by every worker in `active`,
+    /// recording it at `position`, which it advances. Returns how many entries it took and why
+    /// it stopped; a block it stopped at (another block's entry, or one some worker left)
+    /// comes back with its hash, for the pass's general step.
+    #[inline(always)]
+    fn run_of_held_blocks(
+        &self,
+        guess: u32,
+        active: u64,
+        hashes: &mut impl Iterator<Item = u64>,
+        position: &mut usize,
+        record: &mut impl FnMut(usize, u64, u64),
+    ) -> (u32, RunEnd) {
+        let (entries, engines) = self.blocks.run_from(guess);
+        let mut ran = 0;
+        for (entry, engine) in entries.iter().zip(engines) {
+            let Some(hash) = hashes.next() else {
+                return (ran, RunEnd::Hashes);
+            };
+            // A freed entry holds no one, so it ends the run too.
+            if entry.seq != hash || active & !entry.holders != 0 {
+                return (ran, RunEnd::Block(hash));
+            }
+            record(*position, hash, *engine);
+            *position += 1;
+            ran += 1;
+        }
+        (ran, RunEnd::Entries)
     }
 
     /// The pass with slots of 64 and up: one holder mask per block and slot group.
@@ -380,5 +435,90 @@ mod tests {
             assert_eq!(engines.own(1, 0..0), None, "an untracked worker");
             assert_eq!(engines.own(2, 0..0), Some(&[][..]), "b uses canonical ids");
         }
+    }
+    /// Every worker's prefix of `query`, counted block by block against the blocks it holds
+    /// (the oracle the passes are checked against).
+    fn held_prefixes(index: &KvIndex, query: &[SequenceHash], workers: &[WorkerId]) -> Vec<usize> {
+        workers
+            .iter()
+            .map(|worker| {
+                let held: std::collections::HashSet<SequenceHash> = index
+                    .worker_blocks(*worker)
+                    .into_iter()
+                    .map(|(seq, _)| seq)
+                    .collect();
+                query.iter().take_while(|hash| held.contains(hash)).count()
+            })
+            .collect()
+    }
+
+    /// Long walks take runs of consecutive slab entries: a chain longer than two slab chunks,
+    /// workers leaving it inside a run, a run that ends at a chunk's end or where a chain was
+    /// stored elsewhere, freed entries, and a query that ends inside a run. All three passes
+    /// agree with the oracle, the streamed one pulls no hash beyond the longest prefix, and
+    /// the recording one records each block's engine hash (here its sequence hash).
+    #[test]
+    fn long_walks_over_runs_of_entries_stop_where_each_worker_does() {
+        let blocks = |seed: u32, n: u32| {
+            let tokens: Vec<u32> = (0..n * 16).map(|t| t.wrapping_mul(31) ^ seed).collect();
+            sequence_hashes(&block_hashes(&tokens, 16))
+        };
+        let chain = blocks(1, 9_000);
+        let (other, split) = (blocks(2, 500), blocks(3, 4_000));
+        let workers: Vec<WorkerId> = (1..=4).map(|w| WorkerId::new(w, 0)).collect();
+        let (a, b, c) = (workers[0], workers[1], workers[2]);
+        let mut index = KvIndex::new();
+        for worker in &workers[..3] {
+            index.add_worker(*worker);
+        }
+        // a's chain fills entries 0..9000, across two chunk ends; b shares its first 5,000.
+        index.store_predicted(a, &chain, None);
+        index.store_predicted(b, &chain[..5_000], None);
+        // c's chain is stored in two parts with another chain between them, so its entries
+        // jump after block 2,000.
+        index.store_predicted(c, &split[..2_000], None);
+        index.store_predicted(c, &other, None);
+        index.store_predicted(c, &split, None);
+        // a drops ten blocks in the middle: their entries are freed.
+        for hash in &chain[7_000..7_010] {
+            assert!(index.remove_predicted(a, *hash));
+        }
+        let (mut out, mut streamed, mut prefix) = (Vec::new(), Vec::new(), Vec::new());
+        let mut engines = RecordedEngines::default();
+        for query in [
+            &chain[..],
+            &chain[..4_500],
+            &split[..],
+            &split[..3_333],
+            &chain[..1],
+        ] {
+            let expected = held_prefixes(&index, query, &workers);
+            index.prefix_lengths(query, &workers, &mut out);
+            assert_eq!(out, expected, "{} blocks", query.len());
+            let longest = expected.iter().copied().max().unwrap_or(0);
+            let mut pulled = 0;
+            index.prefix_lengths_streamed(
+                query.iter().inspect(|_| pulled += 1).copied(),
+                &workers,
+                &mut streamed,
+                &mut prefix,
+            );
+            assert_eq!(streamed, expected, "streamed, {} blocks", query.len());
+            assert_eq!(prefix, query[..longest], "streamed prefix");
+            assert_eq!(pulled, query.len().min(longest + 1), "hashes pulled");
+            index.prefix_lengths_and_engines(query, &workers, &mut out, &mut engines);
+            assert_eq!(out, expected, "recording, {} blocks", query.len());
+            let recorded: Vec<u64> = engines.hashes().iter().map(|engine| engine.0).collect();
+            let seqs: Vec<u64> = query[..longest].iter().map(|seq| seq.0).collect();
+            assert_eq!(recorded, seqs, "recorded engine hashes");
+        }
+        index.prefix_lengths(&chain, &workers, &mut out);
+        assert_eq!(
+            out,
+            [7_000, 5_000, 0, 0],
+            "the oracle's answer, spelled out"
+        );
+        index.prefix_lengths(&split, &workers, &mut out);
+        assert_eq!(out, [0, 0, 4_000, 0]);
     }
 }
