@@ -295,6 +295,8 @@ impl KvIndex {
             // The self-named block whose sequence hash is this engine hash owns it now.
             self.unowned -= 1;
         }
+        // A freed entry reads as sequence hash 0 held by no one: the overlap passes rely on it
+        // to tell a freed entry from a live one.
         self.blocks.set(block, Block::default(), 0);
         if block as usize + 1 == self.blocks.len() {
             self.blocks.pop();

@@ -321,8 +321,18 @@ impl KvIndex {
             return lengths;
         }
         let mut position = 0u32;
+        // As in `pass_group0`, the entry after the previous block's is tried first. Its own
+        // mask cannot say whether it is live (its holders may all sit in slots 64 and up), but
+        // a freed entry is reset to sequence hash 0, so only a hash of 0 needs the table.
+        let mut guess = u32::MAX;
         for hash in hashes {
-            let block = self.find_block(hash);
+            let block = match self.blocks.try_get(guess) {
+                Some(entry) if entry.seq == hash && (hash != 0 || entry.holders != 0) => {
+                    Some(guess)
+                }
+                _ => self.find_block(hash),
+            };
+            guess = block.map_or(u32::MAX, |block| block.wrapping_add(1));
             let mut continues = false;
             for (group, mask) in active.iter_mut().enumerate() {
                 if *mask == 0 {
@@ -452,73 +462,135 @@ mod tests {
             .collect()
     }
 
-    /// Long walks take runs of consecutive slab entries: a chain longer than two slab chunks,
-    /// workers leaving it inside a run, a run that ends at a chunk's end or where a chain was
-    /// stored elsewhere, freed entries, and a query that ends inside a run. All three passes
-    /// agree with the oracle, the streamed one pulls no hash beyond the longest prefix, and
-    /// the recording one records each block's engine hash (here its sequence hash).
-    #[test]
-    fn long_walks_over_runs_of_entries_stop_where_each_worker_does() {
-        let blocks = |seed: u32, n: u32| {
-            let tokens: Vec<u32> = (0..n * 16).map(|t| t.wrapping_mul(31) ^ seed).collect();
-            sequence_hashes(&block_hashes(&tokens, 16))
-        };
+    /// The chains of the long-walk tests: `blocks(seed, n)` is a chain of `n` blocks.
+    fn blocks(seed: u32, n: u32) -> Vec<SequenceHash> {
+        let tokens: Vec<u32> = (0..n * 16).map(|t| t.wrapping_mul(31) ^ seed).collect();
+        sequence_hashes(&block_hashes(&tokens, 16))
+    }
+
+    /// An index of `count` workers where the workers at `a`, `b` and `c` hold long chains:
+    /// `a` a chain of 9,000 blocks (across two slab chunk ends) but for ten blocks it dropped
+    /// in its middle and then stored five of again, `b` its first 5,000 blocks, and `c` a chain of 4,000 stored in two parts
+    /// with another chain in between (so its entries jump after block 2,000). Returns the
+    /// index, the workers, and the two chains.
+    fn long_chains(
+        count: u64,
+        [a, b, c]: [usize; 3],
+    ) -> (KvIndex, Vec<WorkerId>, Vec<SequenceHash>, Vec<SequenceHash>) {
         let chain = blocks(1, 9_000);
         let (other, split) = (blocks(2, 500), blocks(3, 4_000));
-        let workers: Vec<WorkerId> = (1..=4).map(|w| WorkerId::new(w, 0)).collect();
-        let (a, b, c) = (workers[0], workers[1], workers[2]);
+        let workers: Vec<WorkerId> = (1..=count).map(|w| WorkerId::new(w, 0)).collect();
         let mut index = KvIndex::new();
-        for worker in &workers[..3] {
+        for worker in &workers {
             index.add_worker(*worker);
         }
-        // a's chain fills entries 0..9000, across two chunk ends; b shares its first 5,000.
+        let (a, b, c) = (workers[a], workers[b], workers[c]);
         index.store_predicted(a, &chain, None);
         index.store_predicted(b, &chain[..5_000], None);
-        // c's chain is stored in two parts with another chain between them, so its entries
-        // jump after block 2,000.
         index.store_predicted(c, &split[..2_000], None);
         index.store_predicted(c, &other, None);
         index.store_predicted(c, &split, None);
-        // a drops ten blocks in the middle: their entries are freed.
         for hash in &chain[7_000..7_010] {
             assert!(index.remove_predicted(a, *hash));
         }
+        // `a` stores the first five again: they take freed entries from the free list, last
+        // freed first, so this stretch of its chain runs backwards through the slab.
+        index.store_predicted(a, &chain[7_000..7_005], None);
+        (index, workers, chain, split)
+    }
+
+    /// Checks all three passes against the oracle on each of `queries`: the same lengths, the
+    /// streamed pass pulling no hash past the longest prefix, and the recording pass recording
+    /// each block's engine hash (here its sequence hash).
+    fn check_passes(index: &KvIndex, workers: &[WorkerId], queries: &[&[SequenceHash]]) {
         let (mut out, mut streamed, mut prefix) = (Vec::new(), Vec::new(), Vec::new());
         let mut engines = RecordedEngines::default();
-        for query in [
-            &chain[..],
-            &chain[..4_500],
-            &split[..],
-            &split[..3_333],
-            &chain[..1],
-        ] {
-            let expected = held_prefixes(&index, query, &workers);
-            index.prefix_lengths(query, &workers, &mut out);
+        for query in queries {
+            let expected = held_prefixes(index, query, workers);
+            index.prefix_lengths(query, workers, &mut out);
             assert_eq!(out, expected, "{} blocks", query.len());
             let longest = expected.iter().copied().max().unwrap_or(0);
             let mut pulled = 0;
             index.prefix_lengths_streamed(
                 query.iter().inspect(|_| pulled += 1).copied(),
-                &workers,
+                workers,
                 &mut streamed,
                 &mut prefix,
             );
             assert_eq!(streamed, expected, "streamed, {} blocks", query.len());
             assert_eq!(prefix, query[..longest], "streamed prefix");
             assert_eq!(pulled, query.len().min(longest + 1), "hashes pulled");
-            index.prefix_lengths_and_engines(query, &workers, &mut out, &mut engines);
+            index.prefix_lengths_and_engines(query, workers, &mut out, &mut engines);
             assert_eq!(out, expected, "recording, {} blocks", query.len());
             let recorded: Vec<u64> = engines.hashes().iter().map(|engine| engine.0).collect();
             let seqs: Vec<u64> = query[..longest].iter().map(|seq| seq.0).collect();
             assert_eq!(recorded, seqs, "recorded engine hashes");
         }
+    }
+
+    /// Long walks take runs of consecutive slab entries: a chain longer than two slab chunks,
+    /// workers leaving it inside a run, a run that ends at a chunk's end or where a chain was
+    /// stored elsewhere, freed entries, and a query that ends inside a run.
+    #[test]
+    fn long_walks_over_runs_of_entries_stop_where_each_worker_does() {
+        let (index, workers, chain, split) = long_chains(4, [0, 1, 2]);
+        let queries = [
+            &chain[..],
+            &chain[..4_500],
+            &split[..],
+            &split[..3_333],
+            &chain[..1],
+        ];
+        check_passes(&index, &workers, &queries);
+        let mut out = Vec::new();
         index.prefix_lengths(&chain, &workers, &mut out);
         assert_eq!(
             out,
-            [7_000, 5_000, 0, 0],
+            [7_005, 5_000, 0, 0],
             "the oracle's answer, spelled out"
         );
         index.prefix_lengths(&split, &workers, &mut out);
         assert_eq!(out, [0, 0, 4_000, 0]);
+    }
+
+    /// The same walks with slots of 64 and up: blocks whose only holders sit there (no bit in
+    /// their entry's own mask) are found through the table, the others from the entry after
+    /// the previous block's.
+    #[test]
+    fn long_walks_with_slots_above_64_stop_where_each_worker_does() {
+        let (index, workers, chain, split) = long_chains(70, [66, 0, 69]);
+        let queries = [&chain[..], &chain[..4_500], &split[..], &split[..3_333]];
+        check_passes(&index, &workers, &queries);
+        let mut out = Vec::new();
+        index.prefix_lengths(&chain, &workers, &mut out);
+        assert_eq!((out[66], out[0], out[69]), (7_005, 5_000, 0));
+        index.prefix_lengths(&split, &workers, &mut out);
+        assert_eq!((out[66], out[0], out[69]), (0, 0, 4_000));
+    }
+
+    /// A freed entry reads as sequence hash 0: the entry after the previous block's, freed,
+    /// never passes for a live block whose sequence hash is 0, with or without slots of 64
+    /// and up.
+    #[test]
+    fn a_freed_entry_never_passes_for_a_block_hashed_0() {
+        for (count, at) in [(4, 0), (70, 66)] {
+            let workers: Vec<WorkerId> = (1..=count).map(|w| WorkerId::new(w, 0)).collect();
+            let mut index = KvIndex::new();
+            for worker in &workers {
+                index.add_worker(*worker);
+            }
+            let worker = workers[at];
+            let [first, second, third, fourth] = [11, 12, 13, 14].map(SequenceHash);
+            index.store_predicted(worker, &[first, second, third, fourth], None);
+            // The entries of `second` and then `third` are freed; a block hashed 0 takes the
+            // last freed, `third`'s, so the entry after `first`'s is a freed one.
+            assert!(index.remove_predicted(worker, second));
+            assert!(index.remove_predicted(worker, third));
+            index.store_predicted(worker, &[SequenceHash(0)], None);
+            let mut out = Vec::new();
+            index.prefix_lengths(&[first, SequenceHash(0)], &workers, &mut out);
+            assert_eq!(out[at], 2, "{count} workers");
+            check_passes(&index, &workers, &[&[first, SequenceHash(0), fourth]]);
+        }
     }
 }
