@@ -217,6 +217,7 @@ mod tests {
             "push leaves the default side value"
         );
     }
+
     #[test]
     fn a_run_ends_at_its_chunk_or_at_the_last_entry_in_use() {
         let mut slab = ChunkedSlab::<u32, u64>::default();

@@ -446,6 +446,7 @@ mod tests {
             assert_eq!(engines.own(2, 0..0), Some(&[][..]), "b uses canonical ids");
         }
     }
+
     /// Every worker's prefix of `query`, counted block by block against the blocks it holds
     /// (the oracle the passes are checked against).
     fn held_prefixes(index: &KvIndex, query: &[SequenceHash], workers: &[WorkerId]) -> Vec<usize> {
@@ -470,9 +471,9 @@ mod tests {
 
     /// An index of `count` workers where the workers at `a`, `b` and `c` hold long chains:
     /// `a` a chain of 9,000 blocks (across two slab chunk ends) but for ten blocks it dropped
-    /// in its middle and then stored five of again, `b` its first 5,000 blocks, and `c` a chain of 4,000 stored in two parts
-    /// with another chain in between (so its entries jump after block 2,000). Returns the
-    /// index, the workers, and the two chains.
+    /// in its middle and then stored five of again, `b` its first 5,000 blocks, and `c` a
+    /// chain of 4,000 stored in two parts with another chain in between (so its entries jump
+    /// after block 2,000). Returns the index, the workers, and the two chains.
     fn long_chains(
         count: u64,
         [a, b, c]: [usize; 3],
@@ -553,9 +554,9 @@ mod tests {
         assert_eq!(out, [0, 0, 4_000, 0]);
     }
 
-    /// The same walks with slots of 64 and up: blocks whose only holders sit there (no bit in
-    /// their entry's own mask) are found through the table, the others from the entry after
-    /// the previous block's.
+    /// The same walks with slots of 64 and up, where the pass tries the entry after the
+    /// previous block's even when its own mask is empty (all its holders sit in slots 64 and
+    /// up), as long as the hash is not 0.
     #[test]
     fn long_walks_with_slots_above_64_stop_where_each_worker_does() {
         let (index, workers, chain, split) = long_chains(70, [66, 0, 69]);
