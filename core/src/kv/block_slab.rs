@@ -6,8 +6,9 @@
 //! a loop that reads only the entries reads no side values' bytes, and one chunk lookup finds
 //! both. Without a side value (`S = ()`) the side array takes no memory.
 
-/// Entries per chunk (a power of two).
-const CHUNK_BITS: u32 = 12;
+/// Entries per chunk (a power of two); other per-entry arrays cut in chunks use the same size,
+/// so that a run of entries within one chunk is a run within one chunk of theirs too.
+pub(crate) const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// One chunk: [`CHUNK`] entries, then their side values.

@@ -127,10 +127,7 @@ impl KvIndex {
     }
 
     pub(super) fn overflow_mask(&self, block: u32, group: u32) -> u64 {
-        self.overflow
-            .get(&overflow_key(block, group))
-            .copied()
-            .unwrap_or(0)
+        self.overflow.get(block, group)
     }
 
     pub(super) fn holds(&self, slot: u32, block: u32) -> bool {
@@ -390,13 +387,7 @@ impl KvIndex {
             entry.holders &= !bit;
             entry.holders == 0
         } else {
-            let key = overflow_key(block, group);
-            if let Some(mask) = self.overflow.get_mut(&key) {
-                *mask &= !bit;
-                if *mask == 0 {
-                    self.overflow.remove(&key);
-                }
-            }
+            self.overflow.remove(block, group, bit);
             self.blocks.get(block).holders == 0
         };
         if empty && !self.held_in_overflow(block) {
@@ -405,11 +396,7 @@ impl KvIndex {
     }
 
     fn held_in_overflow(&self, block: u32) -> bool {
-        if self.overflow.is_empty() {
-            return false;
-        }
-        let groups = self.slots.len().div_ceil(GROUP) as u32;
-        (1..groups).any(|group| self.overflow.contains_key(&overflow_key(block, group)))
+        self.overflow.holds_any(block)
     }
 
     /// The slab indices of the blocks `slot` holds, ascending.
@@ -423,14 +410,7 @@ impl KvIndex {
                 .map(|(block, _)| block)
                 .collect();
         }
-        let mut held: Vec<u32> = self
-            .overflow
-            .iter()
-            .filter(|(key, mask)| (**key as u32) == group && *mask & bit != 0)
-            .map(|(key, _)| (*key >> 32) as u32)
-            .collect();
-        held.sort_unstable();
-        held
+        self.overflow.blocks_with(group, bit)
     }
 
     /// Drops every block `slot` holds.
@@ -490,10 +470,6 @@ impl KvIndex {
 
 pub(super) fn split(slot: u32) -> (u32, u64) {
     (slot / GROUP as u32, 1u64 << (slot % GROUP as u32))
-}
-
-pub(super) fn overflow_key(block: u32, group: u32) -> u64 {
-    (u64::from(block) << 32) | u64::from(group)
 }
 
 /// The hash of a (key, slot) pair of the override tables.

@@ -3,7 +3,7 @@
 
 use super::KvIndex;
 use super::block_lineage::Origin;
-use super::blocks::{overflow_key, split};
+use super::blocks::split;
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
 use crate::kv::block_table::key_hash;
@@ -384,7 +384,7 @@ impl KvIndex {
         if group == 0 {
             self.blocks.get_mut(block).holders |= bit;
         } else {
-            *self.overflow.entry(overflow_key(block, group)).or_insert(0) |= bit;
+            self.overflow.insert(block, group, bit);
         }
         if !canonical {
             self.add_override(slot, engine, block);

@@ -12,7 +12,8 @@
 //! - `by_engine`: canonical engine hash → slab index, so removals (which name engine hashes)
 //!   find their block; a *self-named* block (its engine hash is its sequence hash) is found
 //!   through `by_seq` instead and not filed here;
-//! - `overflow`: (slab index, slot group) → holder mask, for slots 64 and up;
+//! - `overflow`: for slots 64 and up, one holder mask per slab entry and slot group, in dense
+//!   arrays (`group_masks`);
 //! - `lineage`, only in an index built to be dumped ([`KvIndex::with_lineage`]): each block's
 //!   local hash and parent tag, 12 bytes per distinct block;
 //! - *overrides*: one 16-byte record per membership whose engine hash is not the canonical one
@@ -37,6 +38,7 @@ mod block_lineage;
 mod blocks;
 mod counters;
 mod dump;
+mod group_masks;
 mod ingest;
 mod overlap;
 mod predicted;
@@ -45,9 +47,9 @@ mod workers;
 
 use super::block_slab::ChunkedSlab;
 use super::block_table::BlockTable;
-use super::index_hasher::U64Map;
 use block_lineage::BlockLineage;
 use blocks::{Block, Override};
+use group_masks::GroupMasks;
 use hashbrown::HashTable;
 use slot_directory::SlotDirectory;
 use workers::SlotState;
@@ -73,7 +75,7 @@ pub struct KvIndex {
     free: Vec<u32>,
     by_seq: BlockTable,
     by_engine: BlockTable,
-    overflow: U64Map<u64>,
+    overflow: GroupMasks,
     overrides: Vec<Override>,
     override_by_block: HashTable<u32>,
     override_by_engine: HashTable<u32>,

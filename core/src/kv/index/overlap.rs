@@ -54,6 +54,19 @@ enum RunEnd {
     Entries,
 }
 
+impl RunEnd {
+    /// The hash the pass's general step takes after the run: the one the run stopped at, the
+    /// next of `hashes` when the run ran out of entries, `None` when the hashes ran out.
+    #[inline(always)]
+    fn next_hash(self, hashes: &mut impl Iterator<Item = u64>) -> Option<u64> {
+        match self {
+            RunEnd::Hashes => None,
+            RunEnd::Block(hash) => Some(hash),
+            RunEnd::Entries => hashes.next(),
+        }
+    }
+}
+
 impl KvIndex {
     /// For each of `workers`, the number of leading `sequence_hashes` it caches, computed in one
     /// pass over the hashes that stops when no worker continues the prefix. Untracked workers get 0.
@@ -233,13 +246,8 @@ impl KvIndex {
             let (ran, end) =
                 self.run_of_held_blocks(guess, active, &mut hashes, &mut position, &mut record);
             guess = guess.wrapping_add(ran);
-            let hash = match end {
-                RunEnd::Hashes => break,
-                RunEnd::Block(hash) => hash,
-                RunEnd::Entries => match hashes.next() {
-                    Some(hash) => hash,
-                    None => break,
-                },
+            let Some(hash) = end.next_hash(&mut hashes) else {
+                break;
             };
             let block = match self.blocks.try_get(guess) {
                 // Freed entries hold no one, so they never pass for a block.
@@ -304,10 +312,13 @@ impl KvIndex {
         (ran, RunEnd::Entries)
     }
 
-    /// The pass with slots of 64 and up: one holder mask per block and slot group.
+    /// The pass with slots of 64 and up: one holder mask per block and slot group. Like
+    /// [`KvIndex::pass_group0`], it takes most of a long walk in runs
+    /// ([`KvIndex::run_in_groups`]) and tries the entry after the previous block's before the
+    /// table.
     fn pass_groups(
         &self,
-        hashes: impl Iterator<Item = u64>,
+        mut hashes: impl Iterator<Item = u64>,
         slots: &[usize],
         mut record: impl FnMut(usize, u64, u64),
     ) -> Vec<u32> {
@@ -320,12 +331,25 @@ impl KvIndex {
         if active.iter().all(|mask| *mask == 0) {
             return lengths;
         }
-        let mut position = 0u32;
-        // As in `pass_group0`, the entry after the previous block's is tried first. Its own
-        // mask cannot say whether it is live (its holders may all sit in slots 64 and up), but
-        // a freed entry is reset to sequence hash 0, so only a hash of 0 needs the table.
+        let mut position = 0;
+        // The entry after the previous block's is tried first. Its own mask cannot say whether
+        // it is live (its holders may all sit in slots 64 and up), but a freed entry is reset
+        // to sequence hash 0, so only a hash of 0 needs the table.
         let mut guess = u32::MAX;
-        for hash in hashes {
+        let mut group_runs = Vec::with_capacity(groups);
+        loop {
+            let (ran, end) = self.run_in_groups(
+                guess,
+                &active,
+                &mut group_runs,
+                &mut hashes,
+                &mut position,
+                &mut record,
+            );
+            guess = guess.wrapping_add(ran);
+            let Some(hash) = end.next_hash(&mut hashes) else {
+                break;
+            };
             let block = match self.blocks.try_get(guess) {
                 Some(entry) if entry.seq == hash && (hash != 0 || entry.holders != 0) => {
                     Some(guess)
@@ -345,7 +369,7 @@ impl KvIndex {
                 };
                 let mut dropped = *mask & !held;
                 while dropped != 0 {
-                    lengths[group * GROUP + dropped.trailing_zeros() as usize] = position;
+                    lengths[group * GROUP + dropped.trailing_zeros() as usize] = position as u32;
                     dropped &= dropped - 1;
                 }
                 *mask &= held;
@@ -355,17 +379,64 @@ impl KvIndex {
                 return lengths;
             }
             if let Some(block) = block {
-                record(position as usize, hash, self.canonical_engine(block));
+                record(position, hash, self.canonical_engine(block));
             }
             position += 1;
         }
         for (group, mask) in active.iter_mut().enumerate() {
             while *mask != 0 {
-                lengths[group * GROUP + mask.trailing_zeros() as usize] = position;
+                lengths[group * GROUP + mask.trailing_zeros() as usize] = position as u32;
                 *mask &= *mask - 1;
             }
         }
         lengths
+    }
+
+    /// A run of [`KvIndex::pass_groups`]: [`KvIndex::run_of_held_blocks`] with a holder mask
+    /// per slot group. Each group with workers still in the prefix (`active`, per group)
+    /// contributes its masks over the run to `group_runs` (kept between runs for its
+    /// allocation); a group none of whose blocks in the chunk ever had a holder ends the run
+    /// at once.
+    #[inline(always)]
+    fn run_in_groups<'a>(
+        &'a self,
+        guess: u32,
+        active: &[u64],
+        group_runs: &mut Vec<(u64, &'a [u64])>,
+        hashes: &mut impl Iterator<Item = u64>,
+        position: &mut usize,
+        record: &mut impl FnMut(usize, u64, u64),
+    ) -> (u32, RunEnd) {
+        let (entries, engines) = self.blocks.run_from(guess);
+        group_runs.clear();
+        for (group, &mask) in active.iter().enumerate().skip(1) {
+            if mask == 0 {
+                continue;
+            }
+            match self.overflow.run_from(guess, group as u32) {
+                Some(masks) => group_runs.push((mask, masks)),
+                None => return (0, RunEnd::Entries),
+            }
+        }
+        let mut ran = 0;
+        for (at, (entry, engine)) in entries.iter().zip(engines).enumerate() {
+            let Some(hash) = hashes.next() else {
+                return (ran, RunEnd::Hashes);
+            };
+            // A freed entry holds no one in any group, so it ends the run too.
+            if entry.seq != hash
+                || active[0] & !entry.holders != 0
+                || group_runs
+                    .iter()
+                    .any(|(mask, masks)| masks.get(at).is_none_or(|held| mask & !held != 0))
+            {
+                return (ran, RunEnd::Block(hash));
+            }
+            record(*position, hash, *engine);
+            *position += 1;
+            ran += 1;
+        }
+        (ran, RunEnd::Entries)
     }
 
     /// The slot for lookups of a worker whose slot is `slot` (`None`: untracked): `usize::MAX`
@@ -554,19 +625,28 @@ mod tests {
         assert_eq!(out, [0, 0, 4_000, 0]);
     }
 
-    /// The same walks with slots of 64 and up, where the pass tries the entry after the
-    /// previous block's even when its own mask is empty (all its holders sit in slots 64 and
-    /// up), as long as the hash is not 0.
+    /// The same walks with slots of 64 and up, taken in runs over every group's masks: the
+    /// pass tries the entry after the previous block's even when its own mask is empty (all
+    /// its holders sit in slots 64 and up), as long as the hash is not 0.
     #[test]
     fn long_walks_with_slots_above_64_stop_where_each_worker_does() {
-        let (index, workers, chain, split) = long_chains(70, [66, 0, 69]);
-        let queries = [&chain[..], &chain[..4_500], &split[..], &split[..3_333]];
-        check_passes(&index, &workers, &queries);
-        let mut out = Vec::new();
-        index.prefix_lengths(&chain, &workers, &mut out);
-        assert_eq!((out[66], out[0], out[69]), (7_005, 5_000, 0));
-        index.prefix_lengths(&split, &workers, &mut out);
-        assert_eq!((out[66], out[0], out[69]), (0, 0, 4_000));
+        // The holders of the long chain in group 1 and group 0, then both in group 1 (the
+        // shorter prefix ends inside a run of group 1's masks), then across two groups past
+        // the first.
+        for (count, [a, b, c]) in [(70, [66, 0, 69]), (70, [0, 67, 69]), (128, [100, 64, 127])] {
+            let (index, workers, chain, split) = long_chains(count, [a, b, c]);
+            let queries = [&chain[..], &chain[..4_500], &split[..], &split[..3_333]];
+            check_passes(&index, &workers, &queries);
+            let mut out = Vec::new();
+            index.prefix_lengths(&chain, &workers, &mut out);
+            assert_eq!(
+                (out[a], out[b], out[c]),
+                (7_005, 5_000, 0),
+                "{count} workers"
+            );
+            index.prefix_lengths(&split, &workers, &mut out);
+            assert_eq!((out[a], out[b], out[c]), (0, 0, 4_000), "{count} workers");
+        }
     }
 
     /// A freed entry reads as sequence hash 0: the entry after the previous block's, freed,
