@@ -126,6 +126,19 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
         (&chunk.entries[start..end], &chunk.sides[start..end])
     }
 
+    /// [`ChunkedSlab::run_from`] with the entries mutable.
+    #[inline]
+    pub(crate) fn run_from_mut(&mut self, index: u32) -> (&mut [T], &[S]) {
+        let index = index as usize;
+        if index >= self.len {
+            return (&mut [], &[]);
+        }
+        let chunk = &mut self.chunks[index >> CHUNK_BITS];
+        let start = index & (CHUNK - 1);
+        let end = (self.len - (index - start)).min(CHUNK);
+        (&mut chunk.entries[start..end], &chunk.sides[start..end])
+    }
+
     /// The entry at `index`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {

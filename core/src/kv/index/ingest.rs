@@ -7,7 +7,7 @@ use super::blocks::split;
 use crate::block_identity::SequenceHash;
 use crate::identity::WorkerId;
 use crate::kv::block_table::key_hash;
-use crate::kv::event::{KvCacheEventData, KvCacheStoreData, RouterEvent};
+use crate::kv::event::{KvCacheEventData, KvCacheStoreData, KvCacheStoredBlockData, RouterEvent};
 use crate::kv::event_cursor::Admission;
 use crate::kv::event_outcome::{EventOutcome, IgnoreReason};
 use crate::kv::event_placement::EventPlacement;
@@ -282,7 +282,19 @@ impl KvIndex {
         for (block, &seq) in store.blocks.iter().zip(seqs).take(STORE_AHEAD) {
             self.prefetch_slots::<SELF_NAMED>(block.block_hash.0, seq);
         }
-        for (n, (block, &seq)) in store.blocks.iter().zip(seqs).enumerate() {
+        let mut n = 0;
+        while let Some((block, &seq)) = store.blocks.get(n).zip(seqs.get(n)) {
+            if !probing {
+                // The previous block was at its guess: the blocks after it may be too, and
+                // are taken as a run.
+                let ran = self.store_run(slot, &store.blocks[n..], &seqs[n..], guess);
+                if ran > 0 {
+                    n += ran;
+                    guess = guess.wrapping_add(ran as u32);
+                    previous = Some(seqs[n - 1]);
+                    continue;
+                }
+            }
             let origin = Origin::new(block.tokens_hash, previous);
             previous = Some(seq);
             if probing && let Some(later) = store.blocks.get(n + STORE_AHEAD) {
@@ -311,8 +323,49 @@ impl KvIndex {
                     (u32::MAX, true)
                 }
             };
+            n += 1;
         }
         guess
+    }
+
+    /// Stores, for the worker in `slot`, the leading `blocks` (with sequence hashes `seqs`)
+    /// that sit in consecutive slab entries from `guess` on, each live and the owner of the
+    /// engine hash it is stored under: the run of a chain others stored before, where a store
+    /// only sets the worker's bit. Returns how many blocks it stored (0 when the fast path
+    /// does not apply: a slot of 64 and up, a slot with overrides, or unowned blocks about).
+    fn store_run(
+        &mut self,
+        slot: u32,
+        blocks: &[KvCacheStoredBlockData],
+        seqs: &[u64],
+        guess: u32,
+    ) -> usize {
+        let (group, bit) = split(slot);
+        let plain = group == 0
+            && self.unowned == 0
+            && self
+                .slot_state(slot)
+                .is_some_and(|state| state.overrides == 0);
+        if !plain {
+            return 0;
+        }
+        let (entries, engines) = self.blocks.run_from_mut(guess);
+        let (mut ran, mut added) = (0, 0);
+        for ((entry, &engine), (block, &seq)) in
+            entries.iter_mut().zip(engines).zip(blocks.iter().zip(seqs))
+        {
+            if entry.seq != seq || entry.holders == 0 || engine != block.block_hash.0 {
+                break;
+            }
+            added += usize::from(entry.holders & bit == 0);
+            entry.holders |= bit;
+            ran += 1;
+        }
+        if let Some(state) = self.slot_state_mut(slot) {
+            state.blocks += added;
+        }
+        self.memberships += added;
+        ran
     }
 
     /// Hints the CPU to load the table slots a store of the block with engine hash `engine`
@@ -496,5 +549,77 @@ impl KvIndex {
             state.blocks += 1;
         }
         self.memberships += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block_identity::{EngineBlockHash, LocalBlockHash};
+
+    const BLOCKS: u64 = 12;
+
+    /// A store of the chain's blocks `0..BLOCKS` from the root, block `n` named `engine(n)`.
+    fn store_chain(worker: WorkerId, event_id: u64, engine: impl Fn(u64) -> u64) -> RouterEvent {
+        RouterEvent::new(
+            worker,
+            event_id,
+            KvCacheEventData::stored(
+                None,
+                (0..BLOCKS).map(|n| (EngineBlockHash(engine(n)), LocalBlockHash(1_000 + n))),
+            ),
+        )
+    }
+
+    fn prefix(index: &KvIndex, worker: WorkerId) -> usize {
+        let locals: Vec<LocalBlockHash> = (0..BLOCKS).map(|n| LocalBlockHash(1_000 + n)).collect();
+        index.prefix_length(&crate::kv::hashing::sequence_hashes(&locals), worker)
+    }
+
+    /// A second worker storing a chain another stored before takes most of it as a run of
+    /// consecutive slab entries: its memberships are counted once each, a repeated store adds
+    /// none, and blocks it names by other engine ids than the first worker's are not taken in
+    /// the run but held under its own ids (so its removals find them).
+    #[test]
+    fn a_store_over_a_chain_others_stored_takes_it_as_a_run() {
+        let (a, b) = (WorkerId::new(1, 0), WorkerId::new(2, 0));
+        let mut index = KvIndex::new();
+        index.add_worker(a);
+        index.add_worker(b);
+        let same = |n| 500 + n;
+        assert_eq!(index.apply(&store_chain(a, 0, same)), EventOutcome::Applied);
+        assert_eq!(index.apply(&store_chain(b, 0, same)), EventOutcome::Applied);
+        assert_eq!(index.memberships(), 2 * BLOCKS as usize);
+        assert_eq!(
+            index.worker_state(b).map(|state| state.blocks),
+            Some(BLOCKS as usize)
+        );
+        assert_eq!(prefix(&index, b), BLOCKS as usize);
+        // Stored again: nothing new.
+        assert_eq!(index.apply(&store_chain(b, 1, same)), EventOutcome::Applied);
+        assert_eq!(index.memberships(), 2 * BLOCKS as usize);
+        assert_eq!(
+            index.worker_state(b).map(|state| state.blocks),
+            Some(BLOCKS as usize)
+        );
+
+        // A third worker names blocks 6 and up its own way.
+        let c = WorkerId::new(3, 0);
+        index.add_worker(c);
+        let own_from_6 = |n| if n < 6 { 500 + n } else { 900 + n };
+        assert_eq!(
+            index.apply(&store_chain(c, 0, own_from_6)),
+            EventOutcome::Applied
+        );
+        assert_eq!(index.distinct_blocks(), BLOCKS as usize);
+        assert_eq!(prefix(&index, c), BLOCKS as usize);
+        let removal = KvCacheEventData::removed([EngineBlockHash(900 + 8)]);
+        assert_eq!(
+            index.apply(&RouterEvent::new(c, 1, removal)),
+            EventOutcome::Applied
+        );
+        assert_eq!(prefix(&index, c), 8, "c's own id for block 8 finds it");
+        assert_eq!(prefix(&index, a), BLOCKS as usize, "a keeps block 8");
+        assert_eq!(index.memberships(), 3 * BLOCKS as usize - 1);
     }
 }
