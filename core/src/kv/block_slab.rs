@@ -116,27 +116,38 @@ impl<T: Copy + Default, S: Copy + Default> ChunkedSlab<T, S> {
     /// their side values: empty when `index` is not in use.
     #[inline]
     pub(crate) fn run_from(&self, index: u32) -> (&[T], &[S]) {
-        let index = index as usize;
-        if index >= self.len {
-            return (&[], &[]);
+        match self.run_bounds(index) {
+            Some((chunk, range)) => {
+                let chunk = &self.chunks[chunk];
+                (&chunk.entries[range.clone()], &chunk.sides[range])
+            }
+            None => (&[], &[]),
         }
-        let chunk = &self.chunks[index >> CHUNK_BITS];
-        let start = index & (CHUNK - 1);
-        let end = (self.len - (index - start)).min(CHUNK);
-        (&chunk.entries[start..end], &chunk.sides[start..end])
     }
 
     /// [`ChunkedSlab::run_from`] with the entries mutable.
     #[inline]
     pub(crate) fn run_from_mut(&mut self, index: u32) -> (&mut [T], &[S]) {
+        match self.run_bounds(index) {
+            Some((chunk, range)) => {
+                let chunk = &mut self.chunks[chunk];
+                (&mut chunk.entries[range.clone()], &chunk.sides[range])
+            }
+            None => (&mut [], &[]),
+        }
+    }
+
+    /// The chunk of entry `index` and the range within it from `index` to the chunk's end (or
+    /// to the last entry in use); `None` when `index` is not in use.
+    #[inline]
+    fn run_bounds(&self, index: u32) -> Option<(usize, std::ops::Range<usize>)> {
         let index = index as usize;
         if index >= self.len {
-            return (&mut [], &[]);
+            return None;
         }
-        let chunk = &mut self.chunks[index >> CHUNK_BITS];
         let start = index & (CHUNK - 1);
         let end = (self.len - (index - start)).min(CHUNK);
-        (&mut chunk.entries[start..end], &chunk.sides[start..end])
+        Some((index >> CHUNK_BITS, start..end))
     }
 
     /// The entry at `index`, mutably.

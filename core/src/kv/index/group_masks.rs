@@ -30,25 +30,22 @@ impl GroupMasks {
     /// The mask of `block` in `group` (1 and up): 0 when no slot of the group holds it.
     #[inline]
     pub(super) fn get(&self, block: u32, group: u32) -> u64 {
-        let Some(chunks) = (group as usize)
-            .checked_sub(1)
-            .and_then(|at| self.groups.get(at))
-        else {
-            return 0;
-        };
-        match chunks.get(block as usize >> CHUNK_BITS) {
-            Some(Some(chunk)) => chunk[block as usize & (CHUNK - 1)],
-            _ => 0,
-        }
+        self.chunk_of(block, group)
+            .map_or(0, |masks| masks[block as usize & (CHUNK - 1)])
+    }
+
+    /// The chunk of `group`'s masks (1 and up) that holds `block`'s, if it was ever made.
+    #[inline]
+    fn chunk_of(&self, block: u32, group: u32) -> Option<&[u64]> {
+        let chunks = self.groups.get((group as usize).checked_sub(1)?)?;
+        chunks.get(block as usize >> CHUNK_BITS)?.as_deref()
     }
 
     /// The masks in `group` (1 and up) from `block` to the end of its chunk; `None` when no
     /// block of that chunk ever had a holder in the group (all its masks are 0).
     #[inline]
     pub(super) fn run_from(&self, block: u32, group: u32) -> Option<&[u64]> {
-        let chunks = self.groups.get((group as usize).checked_sub(1)?)?;
-        let masks = chunks.get(block as usize >> CHUNK_BITS)?.as_deref()?;
-        Some(&masks[block as usize & (CHUNK - 1)..])
+        Some(&self.chunk_of(block, group)?[block as usize & (CHUNK - 1)..])
     }
 
     /// Sets `bit` in the mask of `block` in `group` (1 and up).

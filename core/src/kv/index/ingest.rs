@@ -270,7 +270,6 @@ impl KvIndex {
         seqs: &[u64],
         parent: Option<(u32, SequenceHash)>,
     ) -> u32 {
-        let (group, _) = split(slot);
         // The slab entry after the previous block's (the parent's, for the first): where a
         // chain's next block usually is.
         let mut guess = parent.map_or(u32::MAX, |(block, _)| block.wrapping_add(1));
@@ -301,11 +300,8 @@ impl KvIndex {
                 self.prefetch_slots::<SELF_NAMED>(later.block_hash.0, seqs[n + STORE_AHEAD]);
             }
             // A store may add an override, after which the fast path no longer applies.
-            let plain = group == 0
-                && self
-                    .slot_state(slot)
-                    .is_some_and(|state| state.overrides == 0);
-            let stored = plain
+            let stored = self
+                .plain_slot(slot)
                 .then(|| {
                     self.store_on_fast_path::<SELF_NAMED>(
                         slot,
@@ -340,15 +336,10 @@ impl KvIndex {
         seqs: &[u64],
         guess: u32,
     ) -> usize {
-        let (group, bit) = split(slot);
-        let plain = group == 0
-            && self.unowned == 0
-            && self
-                .slot_state(slot)
-                .is_some_and(|state| state.overrides == 0);
-        if !plain {
+        if self.unowned != 0 || !self.plain_slot(slot) {
             return 0;
         }
+        let (_, bit) = split(slot);
         let (entries, engines) = self.blocks.run_from_mut(guess);
         let (mut ran, mut added) = (0, 0);
         for ((entry, &engine), (block, &seq)) in
@@ -366,6 +357,15 @@ impl KvIndex {
         }
         self.memberships += added;
         ran
+    }
+
+    /// Whether stores by the worker in `slot` may take the fast paths: a slot below 64 with no
+    /// override records.
+    fn plain_slot(&self, slot: u32) -> bool {
+        split(slot).0 == 0
+            && self
+                .slot_state(slot)
+                .is_some_and(|state| state.overrides == 0)
     }
 
     /// Hints the CPU to load the table slots a store of the block with engine hash `engine`

@@ -295,14 +295,30 @@ impl KvIndex {
         position: &mut usize,
         record: &mut impl FnMut(usize, u64, u64),
     ) -> (u32, RunEnd) {
+        self.run(guess, active, |_| true, hashes, position, record)
+    }
+
+    /// The loop of every run: takes the entries from `guess` to the end of its chunk while
+    /// each is the next of `hashes`, holds every worker of group 0 in `active0`, and passes
+    /// `held_beyond` (given the entry's offset in the run: the other groups' check).
+    #[inline(always)]
+    fn run(
+        &self,
+        guess: u32,
+        active0: u64,
+        held_beyond: impl Fn(usize) -> bool,
+        hashes: &mut impl Iterator<Item = u64>,
+        position: &mut usize,
+        record: &mut impl FnMut(usize, u64, u64),
+    ) -> (u32, RunEnd) {
         let (entries, engines) = self.blocks.run_from(guess);
         let mut ran = 0;
-        for (entry, engine) in entries.iter().zip(engines) {
+        for (at, (entry, engine)) in entries.iter().zip(engines).enumerate() {
             let Some(hash) = hashes.next() else {
                 return (ran, RunEnd::Hashes);
             };
             // A freed entry holds no one, so it ends the run too.
-            if entry.seq != hash || active & !entry.holders != 0 {
+            if entry.seq != hash || active0 & !entry.holders != 0 || !held_beyond(at) {
                 return (ran, RunEnd::Block(hash));
             }
             record(*position, hash, *engine);
@@ -393,10 +409,10 @@ impl KvIndex {
     }
 
     /// A run of [`KvIndex::pass_groups`]: [`KvIndex::run_of_held_blocks`] with a holder mask
-    /// per slot group. Each group with workers still in the prefix (`active`, per group)
-    /// contributes its masks over the run to `group_runs` (kept between runs for its
-    /// allocation); a group none of whose blocks in the chunk ever had a holder ends the run
-    /// at once.
+    /// per slot group (a freed entry holds no one in any group, so it ends the run too). Each
+    /// group with workers still in the prefix (`active`, per group) contributes its masks over
+    /// the run to `group_runs` (kept between runs for its allocation); a group none of whose
+    /// blocks in the chunk ever had a holder ends the run at once.
     #[inline(always)]
     fn run_in_groups<'a>(
         &'a self,
@@ -407,7 +423,6 @@ impl KvIndex {
         position: &mut usize,
         record: &mut impl FnMut(usize, u64, u64),
     ) -> (u32, RunEnd) {
-        let (entries, engines) = self.blocks.run_from(guess);
         group_runs.clear();
         for (group, &mask) in active.iter().enumerate().skip(1) {
             if mask == 0 {
@@ -418,25 +433,12 @@ impl KvIndex {
                 None => return (0, RunEnd::Entries),
             }
         }
-        let mut ran = 0;
-        for (at, (entry, engine)) in entries.iter().zip(engines).enumerate() {
-            let Some(hash) = hashes.next() else {
-                return (ran, RunEnd::Hashes);
-            };
-            // A freed entry holds no one in any group, so it ends the run too.
-            if entry.seq != hash
-                || active[0] & !entry.holders != 0
-                || group_runs
-                    .iter()
-                    .any(|(mask, masks)| masks.get(at).is_none_or(|held| mask & !held != 0))
-            {
-                return (ran, RunEnd::Block(hash));
-            }
-            record(*position, hash, *engine);
-            *position += 1;
-            ran += 1;
-        }
-        (ran, RunEnd::Entries)
+        let held_beyond = |at: usize| {
+            group_runs
+                .iter()
+                .all(|(mask, masks)| masks.get(at).is_some_and(|held| mask & !held == 0))
+        };
+        self.run(guess, active[0], held_beyond, hashes, position, record)
     }
 
     /// The slot for lookups of a worker whose slot is `slot` (`None`: untracked): `usize::MAX`
