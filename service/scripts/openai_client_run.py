@@ -17,10 +17,14 @@ retrying is the server's job. Scenarios and what they print:
         "done" is true when the stream ended normally after a chunk with a finish_reason.
   errors               {CASE: {"status", "type", "message", "code", "param"}} for the cases
         unknown_model, long_prompt (json-args "long_prompt_words", default 5000), bad_params
-        (max_tokens -1), bad_role (a chat role the template rejects) and bad_json (a raw POST
-        of broken JSON with httpx); each as `openai.APIStatusError` exposes it ("message" is the
+        (max_tokens -1), bad_role (a chat role the template rejects), unknown_route (an
+        embeddings call: a route the server lacks) and bad_json (a raw POST of broken JSON
+        with httpx); each as `openai.APIStatusError` exposes it ("message" is the
         body's error message, "client_message" the exception's text). A case the server
         answered without an error reads {"status": 200, "unexpected": "no error"}.
+  models               {"listed": [ids], "retrieved": {"id", "object"}, "missing": {...}}
+        `models.list()`, `models.retrieve(model)`, and `models.retrieve` of json-args "missing"
+        (default "no-such/model"), whose error reads as in `errors`, plus its "exception" class.
   shared_prefix        {"ok", "failed", "errors"}
         json-args {"prefixes": K, "requests": N, "prefix_words": W, "concurrency": C,
         "max_tokens": T (default 8), "kind": "chat"|"completions" (default chat),
@@ -142,6 +146,7 @@ def run_errors(client, model, args, base_url, timeout):
             model=model, prompt="hello", max_tokens=-1),
         "bad_role": lambda: client.chat.completions.create(
             model=model, messages=[{"role": "narrator", "content": "hi"}], max_tokens=4),
+        "unknown_route": lambda: client.embeddings.create(model=model, input="hello"),
     }
     results = {}
     for name, call in cases.items():
@@ -163,6 +168,19 @@ def run_errors(client, model, args, base_url, timeout):
     else:
         results["bad_json"] = {"status": response.status_code, "unexpected": "no error"}
     return results
+
+
+def run_models(client, model, args):
+    listed = [entry.id for entry in client.models.list()]
+    retrieved = client.models.retrieve(model)
+    try:
+        client.models.retrieve(args.get("missing", "no-such/model"))
+        missing = {"status": 200, "unexpected": "no error"}
+    except openai.APIStatusError as error:
+        missing = error_info(error)
+        missing["exception"] = type(error).__name__
+    return {"listed": listed, "retrieved": {"id": retrieved.id, "object": retrieved.object},
+            "missing": missing}
 
 
 # --- concurrent traffic -----------------------------------------------------------------------
@@ -238,7 +256,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--scenario", required=True,
                         choices=["completions", "completions_stream", "chat", "chat_stream",
-                                 "errors", "shared_prefix", "load"])
+                                 "errors", "models", "shared_prefix", "load"])
     parser.add_argument("--json-args", default="{}")
     parser.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
     parser.add_argument("--api-key", default="test-key")
@@ -262,7 +280,8 @@ def main():
             else:
                 runner = {"completions": run_completions, "chat": run_chat,
                           "completions_stream": run_completions_stream,
-                          "chat_stream": run_chat_stream}[options.scenario]
+                          "chat_stream": run_chat_stream,
+                          "models": run_models}[options.scenario]
                 result = runner(client, options.model, args)
     except Exception:  # noqa: BLE001 - any unexpected failure: traceback and exit 1
         traceback.print_exc()

@@ -410,3 +410,67 @@ async fn client_errors_are_openai_4xx_and_book_nothing() {
     assert!(!gateway.gateway.health().is_open(1));
     assert_eq!(gateway.settle().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_and_unknown_urls_answer_in_openai_shape() {
+    let gateway = start_gateway(DEFAULT_YAML, fast_options()).await;
+    let engine = FakeEngine::start(1, Duration::from_millis(1)).await;
+    gateway.register(1, &engine.endpoint());
+
+    let listed = get(&gateway.url("/v1/models")).await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.json()["object"], "list");
+    let retrieved = get(&gateway.url(&format!("/v1/models/{MODEL}"))).await;
+    assert_eq!(retrieved.status, 200, "{}", retrieved.body);
+    assert_eq!(retrieved.json(), listed.json()["data"][0]);
+
+    // A model name may hold slashes, as a client sends it unescaped or escaped.
+    for path in [
+        "/v1/models/org/no-such-model",
+        "/v1/models/org%2Fno-such-model",
+    ] {
+        let missing = get(&gateway.url(path)).await;
+        assert_eq!(missing.status, 404, "{path}: {}", missing.body);
+        let error = &missing.json()["error"];
+        assert_eq!(error["code"], "model_not_found", "{path}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("`org/no-such-model`") && m.contains(MODEL)),
+            "{path}: {error}"
+        );
+    }
+
+    let unknown = post(
+        &gateway.url("/v1/embeddings"),
+        "{\"model\": \"tiny\", \"input\": \"hi\"}",
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    let error = &unknown.json()["error"];
+    assert_eq!(error["type"], "invalid_request_error");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Invalid URL (POST /v1/embeddings)")),
+        "{error}"
+    );
+
+    let wrong = get(&gateway.url("/v1/chat/completions")).await;
+    assert_eq!(wrong.status, 405);
+    assert_eq!(wrong.headers["allow"], "POST");
+    assert_eq!(wrong.json()["error"]["type"], "invalid_request_error");
+    let wrong = post(&gateway.url("/v1/models"), "{}").await;
+    assert_eq!(wrong.status, 405);
+    assert_eq!(wrong.headers["allow"], "GET");
+
+    // Paths outside `/v1/` keep the selection API's answers.
+    let outside = get(&gateway.url("/no-such-route")).await;
+    assert_eq!(outside.status, 404);
+    assert_eq!(
+        outside.json(),
+        serde_json::json!({"error": "route not found"})
+    );
+    assert!(engine.received().is_empty(), "a request reached the engine");
+    assert_eq!(gateway.active_bookings(), 0);
+}

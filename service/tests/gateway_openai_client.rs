@@ -237,6 +237,27 @@ async fn the_official_client_is_routed_by_cached_prefix_with_hints() {
             "{case}: {error}"
         );
     }
+    // An endpoint the gateway lacks is the client's `NotFoundError`, in OpenAI's shape.
+    assert_eq!(cases["unknown_route"]["status"], 404, "{errors}");
+    assert_eq!(
+        cases["unknown_route"]["type"], "invalid_request_error",
+        "{errors}"
+    );
+    let models = client_run(
+        &python,
+        &base,
+        "models",
+        json!({"missing": "org/no-such-model"}),
+    )
+    .await;
+    assert_eq!(models["listed"], json!([MODEL]), "{models}");
+    assert_eq!(
+        models["retrieved"],
+        json!({"id": MODEL, "object": "model"}),
+        "{models}"
+    );
+    assert_eq!(models["missing"]["exception"], "NotFoundError", "{models}");
+    assert_eq!(models["missing"]["code"], "model_not_found", "{models}");
     let before = engines.len();
     assert_eq!(before, 3);
     assert_eq!(gateway.settle().await, 0);

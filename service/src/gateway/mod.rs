@@ -1,5 +1,6 @@
 //! The OpenAI-compatible gateway: `POST /v1/completions`, `POST /v1/chat/completions` (stream
-//! and not) and `GET /v1/models`, on the same process as the selection API.
+//! and not), `GET /v1/models` and `GET /v1/models/{model}`, on the same process as the
+//! selection API; any other path under `/v1/` is OpenAI's 404.
 //!
 //! Enters: a stock OpenAI client's request. It is parsed and tokenized with the model's own
 //! tokenizer and chat template (so the ids hashed are those the engine caches), booked through
@@ -37,10 +38,10 @@ use crate::{ServiceError, http::REQUEST_BODY_LIMIT_BYTES};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use booking_guard::BookingGuard;
 use gateway_metrics::GatewayMetrics;
 use hint_delivery::{HintDelivery, KV_HINT_HEADER, forwarded_body, hint_header};
@@ -547,30 +548,69 @@ async fn models(State(gateway): State<Arc<Gateway>>) -> Response {
     let data: Vec<serde_json::Value> = gateway
         .models
         .iter()
-        .map(|(name, model)| {
-            serde_json::json!({
-                "id": name,
-                "object": "model",
-                "created": 0,
-                "owned_by": "kv-router",
-                "root": name,
-                "max_model_len": model.context_limit,
-            })
-        })
+        .map(|(name, model)| model_object(name, model))
         .collect();
+    json_answer(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{model}` (the client's `models.retrieve`): the model's object, or OpenAI's
+/// 404. The name may hold slashes (`meta-llama/Llama-3.1-8B-Instruct`).
+async fn model(State(gateway): State<Arc<Gateway>>, Path(name): Path<String>) -> Response {
+    match gateway.models.get(&name) {
+        Some(model) => json_answer(model_object(&name, model)),
+        None => OpenAiError::model_not_found(&name, &gateway.model_names()).into_response(),
+    }
+}
+
+/// A served model as OpenAI's model object (with vLLM's `root` and `max_model_len`).
+fn model_object(name: &str, model: &ModelEntry) -> serde_json::Value {
+    serde_json::json!({
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "kv-router",
+        "root": name,
+        "max_model_len": model.context_limit,
+    })
+}
+
+/// `value` as a 200 JSON answer.
+fn json_answer(value: serde_json::Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        serde_json::json!({"object": "list", "data": data}).to_string(),
+        value.to_string(),
     )
         .into_response()
+}
+
+/// Any other path under `/v1/`: OpenAI's 404 for an invalid URL, naming the routes served, so
+/// that a client calling an endpoint the gateway lacks (embeddings, …) gets `NotFoundError`.
+async fn unknown_route(method: Method, uri: Uri) -> Response {
+    OpenAiError::unknown_route(&method, uri.path()).into_response()
+}
+
+/// A gateway route called with the wrong method: OpenAI's 405 in its error shape, with the
+/// `Allow` header HTTP asks for.
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    let allowed = match uri.path().starts_with("/v1/models") {
+        true => Method::GET,
+        false => Method::POST,
+    };
+    let error = OpenAiError::wrong_method(&method, uri.path(), &allowed);
+    ([(header::ALLOW, allowed.as_str())], error).into_response()
 }
 
 /// The gateway's routes.
 pub fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions).fallback(wrong_method))
+        .route(
+            "/v1/chat/completions",
+            post(chat_completions).fallback(wrong_method),
+        )
+        .route("/v1/models", get(models).fallback(wrong_method))
+        .route("/v1/models/{*model}", get(model).fallback(wrong_method))
+        .route("/v1/{*rest}", any(unknown_route))
         .layer(DefaultBodyLimit::max(REQUEST_BODY_LIMIT_BYTES))
         .with_state(gateway)
 }

@@ -3,7 +3,7 @@
 //! exception (`BadRequestError`, `NotFoundError`, …). Enters: what went wrong; leaves: a
 //! response, or the `data: {"error": …}` event that ends a stream that already started.
 
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -60,6 +60,31 @@ impl OpenAiError {
             ),
             param: Some("model"),
             code: Some("model_not_found"),
+        }
+    }
+
+    /// OpenAI's 404 for a path under `/v1/` the gateway does not serve.
+    pub fn unknown_route(method: &Method, path: &str) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            message: format!(
+                "Invalid URL ({method} {path}): this gateway serves POST /v1/completions, \
+                 POST /v1/chat/completions, GET /v1/models and GET /v1/models/{{model}}"
+            ),
+            param: None,
+            code: None,
+        }
+    }
+
+    /// OpenAI's 405 for a gateway route called with `method` where it takes `allowed`.
+    pub fn wrong_method(method: &Method, path: &str, allowed: &Method) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            kind: "invalid_request_error",
+            message: format!("Invalid method for URL ({method} {path}): use {allowed}"),
+            param: None,
+            code: None,
         }
     }
 
