@@ -204,13 +204,12 @@ impl KvIndex {
             out.fill(0);
             return;
         };
-        let hashes = std::iter::once(first).chain(hashes);
         let (group0, groups);
         let lengths: &[u32] = if self.slots.len() <= GROUP {
-            group0 = self.pass_group0(hashes, first_block, mask, record);
+            group0 = self.pass_group0(first, hashes, first_block, mask, record);
             &group0
         } else {
-            groups = self.pass_groups(hashes, out, record);
+            groups = self.pass_groups(first, hashes, first_block, out, record);
             &groups
         };
         for length in out.iter_mut() {
@@ -227,8 +226,14 @@ impl KvIndex {
     /// of the slab rather than one random table probe per block. Most of that scan is taken in
     /// runs ([`KvIndex::run_of_held_blocks`]): consecutive entries that every worker still in
     /// the prefix holds, read from their chunk's array with nothing to write but the position.
+    ///
+    /// The first hash, `first`, whose block (`first_block`) the caller found, comes apart from
+    /// the rest, `hashes`, and takes the general step: the runs then read the rest straight
+    /// from its iterator (an iterator chained after the first hash kept its state check in the
+    /// runs' loop).
     fn pass_group0(
         &self,
+        first: u64,
         mut hashes: impl Iterator<Item = u64>,
         first_block: u32,
         mask: u64,
@@ -242,13 +247,8 @@ impl KvIndex {
         // The first block was found before the pass: its entry passes as the first guess.
         let mut guess = first_block;
         let mut position = 0;
+        let mut hash = first;
         loop {
-            let (ran, end) =
-                self.run_of_held_blocks(guess, active, &mut hashes, &mut position, &mut record);
-            guess = guess.wrapping_add(ran);
-            let Some(hash) = end.next_hash(&mut hashes) else {
-                break;
-            };
             let block = match self.blocks.try_get(guess) {
                 // Freed entries hold no one, so they never pass for a block.
                 Some(entry) if entry.seq == hash && entry.holders != 0 => Some(guess),
@@ -272,6 +272,13 @@ impl KvIndex {
             }
             record(position, hash, engine);
             position += 1;
+            let (ran, end) =
+                self.run_of_held_blocks(guess, active, &mut hashes, &mut position, &mut record);
+            guess = guess.wrapping_add(ran);
+            match end.next_hash(&mut hashes) {
+                Some(next) => hash = next,
+                None => break,
+            }
         }
         let position = position as u32;
         while active != 0 {
@@ -331,10 +338,13 @@ impl KvIndex {
     /// The pass with slots of 64 and up: one holder mask per block and slot group. Like
     /// [`KvIndex::pass_group0`], it takes most of a long walk in runs
     /// ([`KvIndex::run_in_groups`]) and tries the entry after the previous block's before the
-    /// table.
+    /// table. The first hash and its block come apart from the rest, as in
+    /// [`KvIndex::pass_group0`].
     fn pass_groups(
         &self,
+        first: u64,
         mut hashes: impl Iterator<Item = u64>,
+        first_block: u32,
         slots: &[usize],
         mut record: impl FnMut(usize, u64, u64),
     ) -> Vec<u32> {
@@ -350,22 +360,12 @@ impl KvIndex {
         let mut position = 0;
         // The entry after the previous block's is tried first. Its own mask cannot say whether
         // it is live (its holders may all sit in slots 64 and up), but a freed entry is reset
-        // to sequence hash 0, so only a hash of 0 needs the table.
-        let mut guess = u32::MAX;
+        // to sequence hash 0, so only a hash of 0 needs the table. The first block was found
+        // before the pass: its entry passes as the first guess.
+        let mut guess = first_block;
         let mut group_runs = Vec::with_capacity(groups);
+        let mut hash = first;
         loop {
-            let (ran, end) = self.run_in_groups(
-                guess,
-                &active,
-                &mut group_runs,
-                &mut hashes,
-                &mut position,
-                &mut record,
-            );
-            guess = guess.wrapping_add(ran);
-            let Some(hash) = end.next_hash(&mut hashes) else {
-                break;
-            };
             let block = match self.blocks.try_get(guess) {
                 Some(entry) if entry.seq == hash && (hash != 0 || entry.holders != 0) => {
                     Some(guess)
@@ -398,6 +398,19 @@ impl KvIndex {
                 record(position, hash, self.canonical_engine(block));
             }
             position += 1;
+            let (ran, end) = self.run_in_groups(
+                guess,
+                &active,
+                &mut group_runs,
+                &mut hashes,
+                &mut position,
+                &mut record,
+            );
+            guess = guess.wrapping_add(ran);
+            match end.next_hash(&mut hashes) {
+                Some(next) => hash = next,
+                None => break,
+            }
         }
         for (group, mask) in active.iter_mut().enumerate() {
             while *mask != 0 {
