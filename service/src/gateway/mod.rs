@@ -30,6 +30,7 @@ pub mod worker_connections;
 pub mod worker_health;
 pub mod worker_try;
 
+use crate::http::json_body::json_response;
 use crate::selection::selection_request::SelectRequest;
 use crate::selection::selection_response::SelectResponse;
 use crate::selection::selection_service::{MetricsSource, SelectionService};
@@ -550,14 +551,17 @@ async fn models(State(gateway): State<Arc<Gateway>>) -> Response {
         .iter()
         .map(|(name, model)| model_object(name, model))
         .collect();
-    json_answer(serde_json::json!({"object": "list", "data": data}))
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({"object": "list", "data": data}),
+    )
 }
 
 /// `GET /v1/models/{model}` (the client's `models.retrieve`): the model's object, or OpenAI's
 /// 404. The name may hold slashes (`meta-llama/Llama-3.1-8B-Instruct`).
 async fn model(State(gateway): State<Arc<Gateway>>, Path(name): Path<String>) -> Response {
     match gateway.models.get(&name) {
-        Some(model) => json_answer(model_object(&name, model)),
+        Some(model) => json_response(StatusCode::OK, &model_object(&name, model)),
         None => OpenAiError::model_not_found(&name, &gateway.model_names()).into_response(),
     }
 }
@@ -574,42 +578,42 @@ fn model_object(name: &str, model: &ModelEntry) -> serde_json::Value {
     })
 }
 
-/// `value` as a 200 JSON answer.
-fn json_answer(value: serde_json::Value) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        value.to_string(),
-    )
-        .into_response()
-}
-
 /// Any other path under `/v1/`: OpenAI's 404 for an invalid URL, naming the routes served, so
 /// that a client calling an endpoint the gateway lacks (embeddings, …) gets `NotFoundError`.
 async fn unknown_route(method: Method, uri: Uri) -> Response {
     OpenAiError::unknown_route(&method, uri.path()).into_response()
 }
 
-/// A gateway route called with the wrong method: OpenAI's 405 in its error shape, with the
-/// `Allow` header HTTP asks for.
-async fn wrong_method(method: Method, uri: Uri) -> Response {
-    let allowed = match uri.path().starts_with("/v1/models") {
-        true => Method::GET,
-        false => Method::POST,
-    };
-    let error = OpenAiError::wrong_method(&method, uri.path(), &allowed);
-    ([(header::ALLOW, allowed.as_str())], error).into_response()
+/// The fallback of a gateway route that takes only `allowed`: OpenAI's 405 in its error shape,
+/// with the `Allow` header HTTP asks for.
+fn wrong_method(
+    allowed: Method,
+) -> impl FnOnce(Method, Uri) -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
+    move |method, uri| {
+        let error = OpenAiError::wrong_method(&method, uri.path(), &allowed);
+        std::future::ready(([(header::ALLOW, allowed.as_str())], error).into_response())
+    }
 }
 
 /// The gateway's routes.
 pub fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/v1/completions", post(completions).fallback(wrong_method))
+        .route(
+            "/v1/completions",
+            post(completions).fallback(wrong_method(Method::POST)),
+        )
         .route(
             "/v1/chat/completions",
-            post(chat_completions).fallback(wrong_method),
+            post(chat_completions).fallback(wrong_method(Method::POST)),
         )
-        .route("/v1/models", get(models).fallback(wrong_method))
-        .route("/v1/models/{*model}", get(model).fallback(wrong_method))
+        .route(
+            "/v1/models",
+            get(models).fallback(wrong_method(Method::GET)),
+        )
+        .route(
+            "/v1/models/{*model}",
+            get(model).fallback(wrong_method(Method::GET)),
+        )
         .route("/v1/{*rest}", any(unknown_route))
         .layer(DefaultBodyLimit::max(REQUEST_BODY_LIMIT_BYTES))
         .with_state(gateway)
