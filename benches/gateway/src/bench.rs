@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Gateways to run, in order (direct first: the others' added latency is against it).
+    /// Gateways to run, in order (`direct` first: the ceiling of the setup, and with
+    /// `--latency-baseline separate` what the others' added latency is against).
     /// Besides the default list: `ours-predicted`, `ours-nohints`, and `nginx` (a plain
     /// reverse proxy, the floor of one HTTP hop).
     #[arg(
@@ -62,6 +63,14 @@ pub struct RunArgs {
     /// Prompt sizes (words = tokens) of the latency scenario.
     #[arg(long, value_delimiter = ',', default_value = "512,8192")]
     pub latency_words: Vec<usize>,
+    /// What a gateway's added latency is taken against: `paired`, direct calls to the engines
+    /// interleaved with the gateway's requests in blocks (so that both see the machine in the
+    /// same state), or `separate`, the direct run of the round (measured minutes apart).
+    #[arg(long, value_enum, default_value_t = Baseline::Paired)]
+    pub latency_baseline: Baseline,
+    /// Requests in a row to one side before switching, with `--latency-baseline paired`.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub latency_block: u32,
     /// Concurrent streams of the throughput scenario.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -95,6 +104,16 @@ pub struct RunArgs {
     /// is printed and then every figure's median and range over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
+}
+
+/// What added latency is measured against (see [`RunArgs::latency_baseline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Baseline {
+    /// Direct calls interleaved with the gateway's requests, in blocks.
+    Paired,
+    /// The round's own direct run.
+    Separate,
 }
 
 #[derive(Debug, Default, Serialize, Clone)]
@@ -156,7 +175,11 @@ pub struct GatewayResult {
     pub error: Option<String>,
     pub prefix: Option<PrefixHits>,
     pub latency: BTreeMap<String, Latency>,
-    /// p50/p99 of this gateway minus the direct run's, per prompt size.
+    /// Direct calls to the engines interleaved with this gateway's latency requests
+    /// (`--latency-baseline paired`), per prompt size.
+    pub paired_direct: BTreeMap<String, Latency>,
+    /// p50/p99 of this gateway minus its baseline's (the paired direct calls, else the round's
+    /// direct run), per prompt size.
     pub added_p50_us: BTreeMap<String, f64>,
     pub added_p99_us: BTreeMap<String, f64>,
     pub tokenize: BTreeMap<String, Tokenize>,
@@ -357,40 +380,70 @@ async fn tokenize_histogram(
     Some((sum?, count?, buckets))
 }
 
-/// Scenario 1: sequential non-stream completions, max_tokens 1.
+/// Scenario 1: sequential non-stream completions, max_tokens 1. With a `baseline` (the
+/// engines called directly), its requests are interleaved with the gateway's in blocks of
+/// `--latency-block`, each side with prompts of its own, and its latency is returned too.
 async fn latency_scenario(
     args: &RunArgs,
     client: &Client,
     target: &Target,
+    baseline: Option<&Target>,
     words_count: usize,
     metrics_url: Option<&str>,
-) -> (Latency, Option<Tokenize>) {
+) -> (Latency, Option<Latency>, Option<Tokenize>) {
     let mut rng = Rng::new(1000 + words_count as u64);
     let total = args.latency_warmup + args.latency_requests;
-    let bodies: Vec<Bytes> = (0..total)
-        .map(|_| completion_body(&words::random_words(&mut rng, words_count), 1, false))
-        .collect();
-    let progress = bar(total as u64, &format!("latency {words_count} words"));
-    let mut samples = Vec::with_capacity(args.latency_requests);
-    let mut errors = 0;
+    let sides = if baseline.is_some() { 2 } else { 1 };
+    let mut bodies: [Vec<Bytes>; 2] = Default::default();
+    for side in bodies.iter_mut().take(sides) {
+        side.extend(
+            (0..total)
+                .map(|_| completion_body(&words::random_words(&mut rng, words_count), 1, false)),
+        );
+    }
+    let progress = bar(
+        (sides * total) as u64,
+        &format!("latency {words_count} words"),
+    );
+    let mut samples: [Vec<f64>; 2] = Default::default();
+    let mut errors = [0; 2];
+    let mut sent = [0; 2];
     let mut before = None;
-    for (index, body) in bodies.into_iter().enumerate() {
-        if index == args.latency_warmup
+    let block = args.latency_block as usize;
+    for turn in 0.. {
+        // The gateway's block first, then the baseline's, while either has requests left.
+        let side = if sides == 2 { turn / block % 2 } else { 0 };
+        if sent.iter().take(sides).all(|&n| n == total) {
+            break;
+        }
+        let index = sent[side];
+        if index == total {
+            continue;
+        }
+        if side == 0
+            && index == args.latency_warmup
             && let Some(url) = metrics_url
         {
             before = tokenize_histogram(client, url).await;
         }
-        let url = target.url("/v1/completions");
+        let side_target = if side == 0 {
+            target
+        } else {
+            baseline.unwrap_or(target)
+        };
+        let url = side_target.url("/v1/completions");
+        let body = bodies[side][index].clone();
         let started = Instant::now();
         let answer = client.post(&url, body).await;
         let elapsed = started.elapsed().as_secs_f64() * 1e6;
         if index >= args.latency_warmup {
             if answer.is_ok_and(|a| a.ok()) {
-                samples.push(elapsed);
+                samples[side].push(elapsed);
             } else {
-                errors += 1;
+                errors[side] += 1;
             }
         }
+        sent[side] += 1;
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -417,18 +470,22 @@ async fn latency_scenario(
                 }),
             _ => None,
         };
+    let [gateway, direct] = samples;
+    let direct = (sides == 2).then(|| latency_of(direct, errors[1]));
+    (latency_of(gateway, errors[0]), direct, tokenize)
+}
+
+/// The percentiles and mean of `samples` (µs).
+fn latency_of(mut samples: Vec<f64>, errors: usize) -> Latency {
     samples.sort_by(f64::total_cmp);
     let mean = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
-    (
-        Latency {
-            requests: samples.len(),
-            errors,
-            p50_us: percentile(&samples, 0.50),
-            p99_us: percentile(&samples, 0.99),
-            mean_us: mean,
-        },
-        tokenize,
-    )
+    Latency {
+        requests: samples.len(),
+        errors,
+        p50_us: percentile(&samples, 0.50),
+        p99_us: percentile(&samples, 0.99),
+        mean_us: mean,
+    }
 }
 
 /// Scenario 2 (+4): concurrency C, streamed completions, for a fixed time; samples the
@@ -770,13 +827,14 @@ async fn run_one(
         ..GatewayResult::default()
     };
     let mut process = None;
+    let direct = Target {
+        bases: Arc::new(engines.iter().map(|e| e.http.clone()).collect()),
+        next: Arc::default(),
+    };
     let target = if name == "direct" {
         reset_engines_with(client, engines, "?layout=array").await;
         result.command = "(load generator → engines, round-robin)".into();
-        Target {
-            bases: Arc::new(engines.iter().map(|e| e.http.clone()).collect()),
-            next: Arc::default(),
-        }
+        direct.clone()
     } else {
         let port = procs::free_port();
         let (program, argv) = match gateway_command(args, name, port, engines) {
@@ -839,20 +897,39 @@ async fn run_one(
     );
     result.prefix = Some(hits);
 
+    let baseline =
+        (name != "direct" && args.latency_baseline == Baseline::Paired).then_some(&direct);
     for &size in &args.latency_words {
-        let (latency, tokenize) =
-            latency_scenario(args, client, &target, size, metrics_url.as_deref()).await;
+        let (latency, paired, tokenize) = latency_scenario(
+            args,
+            client,
+            &target,
+            baseline,
+            size,
+            metrics_url.as_deref(),
+        )
+        .await;
         eprintln!(
-            "  latency {size} words: p50 {:.0} µs, p99 {:.0} µs ({} errors){}",
+            "  latency {size} words: p50 {:.0} µs, p99 {:.0} µs ({} errors){}{}",
             latency.p50_us,
             latency.p99_us,
             latency.errors,
+            paired
+                .as_ref()
+                .map(|d| format!(
+                    "; direct in the same turns: p50 {:.0} µs, p99 {:.0} µs ({} errors)",
+                    d.p50_us, d.p99_us, d.errors
+                ))
+                .unwrap_or_default(),
             tokenize
                 .as_ref()
                 .map(|t| format!(", tokenize mean {:.0} µs", t.mean_us))
                 .unwrap_or_default()
         );
         result.latency.insert(size.to_string(), latency);
+        if let Some(paired) = paired {
+            result.paired_direct.insert(size.to_string(), paired);
+        }
         if let Some(tokenize) = tokenize {
             result.tokenize.insert(size.to_string(), tokenize);
         }
@@ -909,6 +986,14 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
             format!("latency p50 / p99, {size} w (µs)"),
             cell(&|r| {
                 r.latency
+                    .get(&key)
+                    .map(|l| format!("{} / {}", fmt(l.p50_us, 0), fmt(l.p99_us, 0)))
+            }),
+        ));
+        rows.push((
+            "  direct p50 / p99 in the same turns (µs)".to_string(),
+            cell(&|r| {
+                r.paired_direct
                     .get(&key)
                     .map(|l| format!("{} / {}", fmt(l.p50_us, 0), fmt(l.p99_us, 0)))
             }),
@@ -1004,7 +1089,8 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
     out
 }
 
-/// Every gateway of the list in turn, with the added latency against this round's direct run.
+/// Every gateway of the list in turn, with the added latency against its paired direct calls
+/// (or, with `--latency-baseline separate`, this round's direct run).
 async fn run_round(
     args: &RunArgs,
     client: &Client,
@@ -1025,18 +1111,22 @@ async fn run_round(
         }
         results.push(result);
     }
-    if let Some(direct) = results.iter().find(|r| r.name == "direct").cloned() {
-        for result in &mut results {
-            for (size, latency) in &result.latency.clone() {
-                if let Some(base) = direct.latency.get(size) {
-                    result
-                        .added_p50_us
-                        .insert(size.clone(), latency.p50_us - base.p50_us);
-                    result
-                        .added_p99_us
-                        .insert(size.clone(), latency.p99_us - base.p99_us);
-                }
-            }
+    let direct = results.iter().find(|r| r.name == "direct").cloned();
+    for result in &mut results {
+        for (size, latency) in &result.latency.clone() {
+            let base = result
+                .paired_direct
+                .get(size)
+                .or_else(|| direct.as_ref().and_then(|d| d.latency.get(size)));
+            let Some(base) = base.cloned() else {
+                continue;
+            };
+            result
+                .added_p50_us
+                .insert(size.clone(), latency.p50_us - base.p50_us);
+            result
+                .added_p99_us
+                .insert(size.clone(), latency.p99_us - base.p99_us);
         }
     }
     results
@@ -1146,7 +1236,8 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         "settings": {
             "engines": args.engines, "lru_blocks_per_engine": args.lru_blocks, "block_size": BLOCK_SIZE,
             "latency_requests": args.latency_requests, "latency_warmup": args.latency_warmup,
-            "latency_words": args.latency_words, "concurrency": args.concurrency,
+            "latency_words": args.latency_words, "latency_baseline": args.latency_baseline,
+            "latency_block": args.latency_block, "concurrency": args.concurrency,
             "answer_tokens": args.answer_tokens, "throughput_secs": args.throughput_secs,
             "throughput_prompt_words": args.throughput_prompt_words,
             "prefix_requests": args.prefix_requests, "prefixes": args.prefixes,
