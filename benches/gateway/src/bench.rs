@@ -393,14 +393,17 @@ async fn latency_scenario(
 ) -> (Latency, Option<Latency>, Option<Tokenize>) {
     let mut rng = Rng::new(1000 + words_count as u64);
     let total = args.latency_warmup + args.latency_requests;
-    let sides = if baseline.is_some() { 2 } else { 1 };
-    let mut bodies: [Vec<Bytes>; 2] = Default::default();
-    for side in bodies.iter_mut().take(sides) {
-        side.extend(
+    // Side 0 is the gateway, side 1 (when given) the baseline.
+    let targets: Vec<&Target> = std::iter::once(target).chain(baseline).collect();
+    let sides = targets.len();
+    let bodies: Vec<Vec<Bytes>> = targets
+        .iter()
+        .map(|_| {
             (0..total)
-                .map(|_| completion_body(&words::random_words(&mut rng, words_count), 1, false)),
-        );
-    }
+                .map(|_| completion_body(&words::random_words(&mut rng, words_count), 1, false))
+                .collect()
+        })
+        .collect();
     let progress = bar(
         (sides * total) as u64,
         &format!("latency {words_count} words"),
@@ -413,7 +416,7 @@ async fn latency_scenario(
     for turn in 0.. {
         // The gateway's block first, then the baseline's, while either has requests left.
         let side = if sides == 2 { turn / block % 2 } else { 0 };
-        if sent.iter().take(sides).all(|&n| n == total) {
+        if sent[..sides].iter().all(|&n| n == total) {
             break;
         }
         let index = sent[side];
@@ -426,12 +429,7 @@ async fn latency_scenario(
         {
             before = tokenize_histogram(client, url).await;
         }
-        let side_target = if side == 0 {
-            target
-        } else {
-            baseline.unwrap_or(target)
-        };
-        let url = side_target.url("/v1/completions");
+        let url = targets[side].url("/v1/completions");
         let body = bodies[side][index].clone();
         let started = Instant::now();
         let answer = client.post(&url, body).await;
