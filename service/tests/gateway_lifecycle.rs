@@ -84,6 +84,10 @@ async fn answers_are_relayed_and_their_bookings_released() {
         metrics.contains("kv_router_gateway_request_seconds_count{worker_id=\"1\"} 2"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("kv_router_gateway_booking_seconds_count 2"),
+        "one booking per request: {metrics}"
+    );
 }
 
 /// Sends a streamed completion over a raw connection, waits for the first chunk and goes away.

@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 pub struct RunArgs {
     /// Gateways to run, in order (`direct` first: the ceiling of the setup, and with
     /// `--latency-baseline separate` what the others' added latency is against).
-    /// Besides the default list: `ours-predicted`, `ours-nohints`, and `nginx` (a plain
-    /// reverse proxy, the floor of one HTTP hop).
+    /// Besides the default list: `ours-predicted`, `ours-approx` (no KV events: upstream's
+    /// approximate mode, `--no-kv-events`), `ours-nohints`, `nginx` (a plain reverse proxy,
+    /// the floor of one HTTP hop) and `relay` (our HTTP stack and worker connections with
+    /// none of the gateway's per-request work: the floor of a hop through hyper and axum).
     #[arg(
         long,
         value_delimiter = ',',
@@ -125,13 +127,27 @@ pub struct Latency {
     pub mean_us: f64,
 }
 
+/// One of our gateway's own steps over a latency scenario, from its `/metrics` histogram.
 #[derive(Debug, Default, Serialize, Clone)]
-pub struct Tokenize {
+pub struct StepTime {
     pub count: f64,
     pub mean_us: f64,
     /// Upper bound of the histogram bucket holding the 99th percentile.
     pub p99_bucket_us: Option<f64>,
 }
+
+/// Our gateway's steps over a latency scenario (`None` for the peers, which have no such
+/// metrics).
+#[derive(Debug, Default)]
+struct Steps {
+    tokenize: Option<StepTime>,
+    booking: Option<StepTime>,
+}
+
+/// The histogram of our gateway's tokenizing, on its `/metrics`.
+const TOKENIZE_METRIC: &str = "kv_router_gateway_tokenize_seconds";
+/// The histogram of our gateway's bookings, on its `/metrics`.
+const BOOKING_METRIC: &str = "kv_router_gateway_booking_seconds";
 
 #[derive(Debug, Default, Serialize, Clone)]
 pub struct Throughput {
@@ -182,7 +198,9 @@ pub struct GatewayResult {
     /// direct run), per prompt size.
     pub added_p50_us: BTreeMap<String, f64>,
     pub added_p99_us: BTreeMap<String, f64>,
-    pub tokenize: BTreeMap<String, Tokenize>,
+    /// Our gateway's tokenizing and booking times, per prompt size.
+    pub tokenize: BTreeMap<String, StepTime>,
+    pub booking: BTreeMap<String, StepTime>,
     pub throughput: Option<Throughput>,
     pub memory: Option<Memory>,
 }
@@ -339,17 +357,21 @@ async fn prefix_scenario(
     }
 }
 
-/// The tokenize histogram on our gateway's /metrics: (sum, count, buckets (le, cumulative)).
-async fn tokenize_histogram(
-    client: &Client,
-    metrics_url: &str,
-) -> Option<(f64, f64, Vec<(f64, f64)>)> {
+/// A histogram as `/metrics` shows it: sum, count, and buckets (le, cumulative count).
+struct HistogramSnapshot {
+    sum: f64,
+    count: f64,
+    buckets: Vec<(f64, f64)>,
+}
+
+/// Our gateway's `/metrics` text (`None` when it cannot be read).
+async fn metrics_text(client: &Client, metrics_url: &str) -> Option<String> {
     let (status, body) = client.get(metrics_url).await.ok()?;
-    if status != 200 {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&body);
-    let name = "kv_router_gateway_tokenize_seconds";
+    (status == 200).then(|| String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Histogram `name` (unlabelled) in `text`.
+fn histogram(text: &str, name: &str) -> Option<HistogramSnapshot> {
     let (mut sum, mut count, mut buckets) = (None, None, Vec::new());
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(name) else {
@@ -377,7 +399,32 @@ async fn tokenize_histogram(
             }
         }
     }
-    Some((sum?, count?, buckets))
+    Some(HistogramSnapshot {
+        sum: sum?,
+        count: count?,
+        buckets,
+    })
+}
+
+/// What histogram `name` recorded between the `/metrics` texts `before` and `after`.
+fn step_between(before: &str, after: &str, name: &str) -> Option<StepTime> {
+    let (before, after) = (histogram(before, name)?, histogram(after, name)?);
+    let count = after.count - before.count;
+    let p99_bucket_us = after
+        .buckets
+        .iter()
+        .zip(&before.buckets)
+        .find(|((_, n1), (_, n0))| count > 0.0 && (n1 - n0) >= 0.99 * count)
+        .map(|((le, _), _)| le * 1e6);
+    Some(StepTime {
+        count,
+        mean_us: if count > 0.0 {
+            (after.sum - before.sum) / count * 1e6
+        } else {
+            f64::NAN
+        },
+        p99_bucket_us,
+    })
 }
 
 /// Scenario 1: sequential non-stream completions, max_tokens 1. With a `baseline` (the
@@ -390,7 +437,7 @@ async fn latency_scenario(
     baseline: Option<&Target>,
     words_count: usize,
     metrics_url: Option<&str>,
-) -> (Latency, Option<Latency>, Option<Tokenize>) {
+) -> (Latency, Option<Latency>, Steps) {
     let mut rng = Rng::new(1000 + words_count as u64);
     let total = args.latency_warmup + args.latency_requests;
     // Side 0 is the gateway, side 1 (when given) the baseline.
@@ -427,7 +474,7 @@ async fn latency_scenario(
             && index == args.latency_warmup
             && let Some(url) = metrics_url
         {
-            before = tokenize_histogram(client, url).await;
+            before = metrics_text(client, url).await;
         }
         let url = targets[side].url("/v1/completions");
         let body = bodies[side][index].clone();
@@ -445,32 +492,20 @@ async fn latency_scenario(
         progress.inc(1);
     }
     progress.finish_and_clear();
-    let tokenize =
-        match (metrics_url, before) {
-            (Some(url), Some((sum0, count0, buckets0))) => tokenize_histogram(client, url)
-                .await
-                .map(|(sum1, count1, buckets1)| {
-                    let count = count1 - count0;
-                    let p99_bucket_us = buckets1
-                        .iter()
-                        .zip(buckets0.iter())
-                        .find(|((_, n1), (_, n0))| count > 0.0 && (n1 - n0) >= 0.99 * count)
-                        .map(|((le, _), _)| le * 1e6);
-                    Tokenize {
-                        count,
-                        mean_us: if count > 0.0 {
-                            (sum1 - sum0) / count * 1e6
-                        } else {
-                            f64::NAN
-                        },
-                        p99_bucket_us,
-                    }
-                }),
-            _ => None,
-        };
+    let after = match metrics_url {
+        Some(url) => metrics_text(client, url).await,
+        None => None,
+    };
+    let steps = match (before, after) {
+        (Some(before), Some(after)) => Steps {
+            tokenize: step_between(&before, &after, TOKENIZE_METRIC),
+            booking: step_between(&before, &after, BOOKING_METRIC),
+        },
+        _ => Steps::default(),
+    };
     let [gateway, direct] = samples;
     let direct = (sides == 2).then(|| latency_of(direct, errors[1]));
-    (latency_of(gateway, errors[0]), direct, tokenize)
+    (latency_of(gateway, errors[0]), direct, steps)
 }
 
 /// The percentiles and mean of `samples` (µs).
@@ -619,7 +654,7 @@ fn gateway_command(
     let urls: Vec<String> = engines.iter().map(|e| e.http.clone()).collect();
     let metrics_port = procs::free_port().to_string();
     let program = match name {
-        "ours" | "ours-nohints" | "ours-affine" | "ours-predicted" => {
+        "ours" | "ours-nohints" | "ours-affine" | "ours-predicted" | "ours-approx" => {
             if name == "ours-nohints" {
                 // Engines that cannot fetch KV from a peer: the cost config without hints.
                 argv.push("serve".into());
@@ -637,7 +672,7 @@ fn gateway_command(
                 let affine =
                     Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/cache-affine.yaml");
                 let config = match name {
-                    "ours-affine" | "ours-predicted" => Some(affine),
+                    "ours-affine" | "ours-predicted" | "ours-approx" => Some(affine),
                     _ => args.ours_config.clone(),
                 };
                 if let Some(config) = config {
@@ -654,8 +689,15 @@ fn gateway_command(
             }
             argv.push("--model".into());
             argv.push(format!("bench={}", absolute(&args.model_dir).display()));
+            if name == "ours-approx" {
+                argv.push("--no-kv-events".into());
+            }
             for engine in engines {
                 argv.push("--worker".into());
+                if name == "ours-approx" {
+                    argv.push(engine.http.clone());
+                    continue;
+                }
                 argv.push(format!(
                     "{},kv_events_endpoint={},replay_endpoint={}",
                     engine.http, engine.events, engine.replay
@@ -707,6 +749,14 @@ fn gateway_command(
             argv.extend(["--log-level", "warning"].map(String::from));
             args.venv.join("bin/vllm-router")
         }
+        "relay" => {
+            // The floor of a hop through our HTTP stack: no parse, tokenizing or booking.
+            argv.extend(["relay".to_owned(), "--port".to_owned(), port.to_string()]);
+            for url in urls {
+                argv.extend(["--engine".to_owned(), url]);
+            }
+            std::env::current_exe().map_err(|e| format!("the bench's own path: {e}"))?
+        }
         "nginx" => {
             // The floor of one plain proxy hop: no tokenizing, no routing but round robin.
             let config = nginx_config(&args.log_dir, port, &urls)?;
@@ -716,7 +766,7 @@ fn gateway_command(
         }
         other => {
             return Err(format!(
-                "unknown gateway `{other}` (direct, ours, ours-affine, ours-predicted, ours-nohints, sglang, vllm, vllm-kv, nginx)"
+                "unknown gateway `{other}` (direct, ours, ours-affine, ours-predicted, ours-approx, ours-nohints, sglang, vllm, vllm-kv, nginx, relay)"
             ));
         }
     };
@@ -898,7 +948,7 @@ async fn run_one(
     let baseline =
         (name != "direct" && args.latency_baseline == Baseline::Paired).then_some(&direct);
     for &size in &args.latency_words {
-        let (latency, paired, tokenize) = latency_scenario(
+        let (latency, paired, steps) = latency_scenario(
             args,
             client,
             &target,
@@ -919,17 +969,26 @@ async fn run_one(
                     d.p50_us, d.p99_us, d.errors
                 ))
                 .unwrap_or_default(),
-            tokenize
+            steps
+                .tokenize
                 .as_ref()
                 .map(|t| format!(", tokenize mean {:.0} µs", t.mean_us))
                 .unwrap_or_default()
+                + &steps
+                    .booking
+                    .as_ref()
+                    .map(|b| format!(", booking mean {:.0} µs", b.mean_us))
+                    .unwrap_or_default()
         );
         result.latency.insert(size.to_string(), latency);
         if let Some(paired) = paired {
             result.paired_direct.insert(size.to_string(), paired);
         }
-        if let Some(tokenize) = tokenize {
+        if let Some(tokenize) = steps.tokenize {
             result.tokenize.insert(size.to_string(), tokenize);
+        }
+        if let Some(booking) = steps.booking {
+            result.booking.insert(size.to_string(), booking);
         }
     }
 
@@ -999,6 +1058,10 @@ fn render_table(args: &RunArgs, results: &[GatewayResult]) -> String {
         rows.push((
             format!("tokenize mean, {size} w (µs)"),
             cell(&|r| r.tokenize.get(&key).map(|t| fmt(t.mean_us, 0))),
+        ));
+        rows.push((
+            format!("booking mean, {size} w (µs)"),
+            cell(&|r| r.booking.get(&key).map(|b| fmt(b.mean_us, 0))),
         ));
     }
     rows.push((
@@ -1143,6 +1206,9 @@ fn round_figures(args: &RunArgs, result: &GatewayResult) -> RoundFigures {
         }
         if let Some(tokenize) = result.tokenize.get(&key) {
             figures.push((format!("tokenize mean, {size} w (µs)"), tokenize.mean_us));
+        }
+        if let Some(booking) = result.booking.get(&key) {
+            figures.push((format!("booking mean, {size} w (µs)"), booking.mean_us));
         }
     }
     if let Some(throughput) = &result.throughput {

@@ -3,11 +3,14 @@
 //! - `gateway-bench run`: the whole bench (see README.md).
 //! - `gateway-bench engines --count 4`: only the fake engines (prints their addresses).
 //! - `gateway-bench fixture DIR`: writes the word-level tokenizer our gateway loads.
+//! - `gateway-bench relay --port P --engine URL…`: the floor of a hop through our HTTP stack
+//!   (the `relay` gateway; see `relay.rs`).
 
 mod bench;
 mod client;
 mod engine;
 mod procs;
+mod relay;
 mod rounds;
 mod table;
 mod words;
@@ -46,6 +49,15 @@ enum Command {
     },
     /// Write the word-level tokenizer fixture (tokenizer.json, tokenizer_config.json).
     Fixture { dir: PathBuf },
+    /// Relay completions round robin to the engines through our gateway's HTTP stack, with
+    /// none of its per-request work (the `relay` gateway), until killed.
+    Relay {
+        #[arg(long)]
+        port: u16,
+        /// An engine's base URL (`http://127.0.0.1:8000`); repeat for each engine.
+        #[arg(long = "engine", required = true)]
+        engines: Vec<String>,
+    },
 }
 
 fn main() {
@@ -94,6 +106,7 @@ fn main() {
                 Ok(())
             }
             Command::Fixture { dir } => words::write_fixture(&dir).map_err(|e| e.to_string()),
+            Command::Relay { port, engines } => relay::serve(port, engines).await,
         }
     });
     // Children are killed by their Drop (and PR_SET_PDEATHSIG) before the process exits.

@@ -1,6 +1,6 @@
 //! The gateway's counters and latency histograms, rendered as Prometheus text on `/metrics`.
 //! Enters: what each request did (its route and status, its worker, its time to first token
-//! and end to end, retries, client disconnects, tokenization time); leaves: text.
+//! and end to end, retries, client disconnects, tokenization and booking times); leaves: text.
 
 use dynamo_kv_router::metrics::escape_label;
 use parking_lot::Mutex;
@@ -15,8 +15,8 @@ const REQUEST_BOUNDS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
-/// Bucket bounds of tokenization times, in seconds.
-const TOKENIZE_BOUNDS: [f64; 12] = [
+/// Bucket bounds of the gateway's own steps (tokenizing, booking), in seconds.
+const STEP_BOUNDS: [f64; 12] = [
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1,
 ];
 
@@ -134,6 +134,7 @@ pub struct GatewayMetrics {
     answers: Mutex<BTreeMap<(&'static str, u16), u64>>,
     workers: Mutex<BTreeMap<u64, Arc<WorkerCounters>>>,
     tokenize: Histogram,
+    booking: Histogram,
 }
 
 impl Default for GatewayMetrics {
@@ -141,7 +142,8 @@ impl Default for GatewayMetrics {
         Self {
             answers: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(BTreeMap::new()),
-            tokenize: Histogram::new(&TOKENIZE_BOUNDS),
+            tokenize: Histogram::new(&STEP_BOUNDS),
+            booking: Histogram::new(&STEP_BOUNDS),
         }
     }
 }
@@ -165,6 +167,11 @@ impl GatewayMetrics {
     /// Records how long a prompt took to tokenize.
     pub fn tokenized(&self, took: Duration) {
         self.tokenize.observe(took);
+    }
+
+    /// Records how long one booking took (every try's, a re-booking included).
+    pub fn booked(&self, took: Duration) {
+        self.booking.observe(took);
     }
 
     /// Answers of `route` with `status` so far.
@@ -250,6 +257,12 @@ impl GatewayMetrics {
         self.tokenize
             .render(&mut out, "kv_router_gateway_tokenize_seconds", "");
         out.push_str(
+            "# HELP kv_router_gateway_booking_seconds time to book a prompt on a worker (hashing, overlaps, policies, reservation), per try\n\
+             # TYPE kv_router_gateway_booking_seconds histogram\n",
+        );
+        self.booking
+            .render(&mut out, "kv_router_gateway_booking_seconds", "");
+        out.push_str(
             "# HELP kv_router_gateway_worker_unhealthy 1 while the worker's circuit is open\n\
              # TYPE kv_router_gateway_worker_unhealthy gauge\n",
         );
@@ -275,6 +288,7 @@ mod tests {
         worker.ttft.observe(Duration::from_millis(2));
         worker.ttft.observe(Duration::from_secs(2));
         metrics.answered("/v1/completions", 200);
+        metrics.booked(Duration::from_micros(30));
         let text = metrics.prometheus_text(&[(3, true)]);
         assert!(
             text.contains("kv_router_gateway_ttft_seconds_bucket{worker_id=\"3\",le=\"0.0025\"} 1")
@@ -287,5 +301,9 @@ mod tests {
             "kv_router_gateway_requests_total{route=\"/v1/completions\",status=\"200\"} 1"
         ));
         assert!(text.contains("kv_router_gateway_worker_unhealthy{worker_id=\"3\"} 1"));
+        assert!(text.contains("kv_router_gateway_booking_seconds_bucket{le=\"0.00001\"} 0"));
+        assert!(text.contains("kv_router_gateway_booking_seconds_bucket{le=\"0.00005\"} 1"));
+        assert!(text.contains("kv_router_gateway_booking_seconds_count 1"));
+        assert!(text.contains("kv_router_gateway_tokenize_seconds_count 0"));
     }
 }

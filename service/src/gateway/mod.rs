@@ -272,9 +272,11 @@ impl Gateway {
         let mut excluded = BTreeSet::new();
         let mut failures = Vec::new();
         for attempt in 0..=self.options.max_retries {
+            let booking_started = Instant::now();
             let Some(selection) = self.book(&request.model, tokens, &excluded)? else {
                 break;
             };
+            self.stats.metrics.booked(booking_started.elapsed());
             let worker_id = selection.worker_id;
             let span = tracing::Span::current();
             span.record("worker_id", worker_id);
