@@ -21,7 +21,9 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use kv_router_service::gateway::worker_connections::{WorkerConnections, WorkerRequest};
-use kv_router_service::gateway::worker_try::{worker_client, worker_headers};
+use kv_router_service::gateway::worker_try::{
+    answer_header_relayed, worker_client, worker_headers,
+};
 use kv_router_service::http::repolled::Repolled;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,10 +110,7 @@ async fn forward(
             let mut response = Response::new(Body::new(answer));
             *response.status_mut() = head.status;
             for (name, value) in &head.headers {
-                if !matches!(
-                    name.as_str(),
-                    "connection" | "keep-alive" | "transfer-encoding" | "content-length"
-                ) {
+                if answer_header_relayed(name) {
                     response.headers_mut().append(name.clone(), value.clone());
                 }
             }

@@ -57,7 +57,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 use worker_connections::{WorkerConnections, WorkerRequest};
 use worker_health::{BreakerOptions, WorkerHealth};
-use worker_try::{Answered, try_worker, worker_client, worker_headers, worker_url};
+use worker_try::{
+    Answered, answer_header_relayed, try_worker, worker_client, worker_headers, worker_url,
+};
 
 /// The response header naming the worker that served a request.
 pub const WORKER_HEADER: &str = "x-kv-router-worker-id";
@@ -511,15 +513,7 @@ fn relay(
     *response.status_mut() = head.status;
     let headers = response.headers_mut();
     for (name, value) in &head.headers {
-        if !matches!(
-            name.as_str(),
-            "connection"
-                | "keep-alive"
-                | "transfer-encoding"
-                | "content-length"
-                | "trailer"
-                | "upgrade"
-        ) {
+        if answer_header_relayed(name) {
             headers.append(name.clone(), value.clone());
         }
     }

@@ -97,6 +97,21 @@ fn forwarded(name: &HeaderName) -> bool {
     )
 }
 
+/// Whether a header of the worker's answer reaches the client: every one but the hop-by-hop
+/// headers the gateway's own connection sets (`content-length` included, since the body is
+/// relayed frame by frame).
+pub fn answer_header_relayed(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "content-length"
+            | "trailer"
+            | "upgrade"
+    )
+}
+
 /// The headers the worker gets: the client's end-to-end headers, plus `extra`.
 pub fn worker_headers(client: &HeaderMap, extra: Option<(&'static str, HeaderValue)>) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(client.len() + 2);
@@ -222,5 +237,20 @@ mod tests {
         assert_eq!(headers[header::AUTHORIZATION], "Bearer k");
         assert_eq!(headers[header::CONTENT_TYPE], "application/json");
         assert_eq!(headers["x-dynamo-kv-hint"], "{}");
+    }
+
+    #[test]
+    fn hop_by_hop_answer_headers_are_not_relayed() {
+        for dropped in [
+            "connection",
+            "transfer-encoding",
+            "content-length",
+            "upgrade",
+        ] {
+            assert!(!answer_header_relayed(&HeaderName::from_static(dropped)));
+        }
+        for kept in ["content-type", "x-request-id", "cache-control"] {
+            assert!(answer_header_relayed(&HeaderName::from_static(kept)));
+        }
     }
 }

@@ -22,19 +22,19 @@ impl SelectionService {
     ) -> Result<SelectResponse, ServiceError> {
         let block_size = partition.block_size;
         let worker = booking.worker;
-        let record = self
+        // Only the ranks and the endpoint are needed: the record is not cloned.
+        let (ranks, endpoint) = self
             .catalog
             .read()
             .get(&worker.worker_id)
-            .map(|entry| entry.record.clone())
+            .map(|entry| (entry.record.dp_ranks(), entry.record.endpoint.clone()))
             .ok_or_else(|| {
                 ServiceError::Internal(format!(
                     "selected worker {} is no longer schedulable",
                     worker.worker_id
                 ))
             })?;
-        let dp = record
-            .dp_ranks()
+        let dp = ranks
             .map(|rank| {
                 let blocks = if rank == worker.dp_rank {
                     booking.stats.cached_blocks
@@ -63,7 +63,7 @@ impl SelectionService {
             routing_group: partition.key.routing_group.clone(),
             worker_id: worker.worker_id,
             dp_rank: worker.dp_rank,
-            endpoint: record.endpoint.clone().unwrap_or_default(),
+            endpoint: endpoint.unwrap_or_default(),
             block_size,
             overlap: device_tier_overlap(dp),
             effective_prefill_tokens: prompt.isl_tokens.saturating_sub(cached_tokens),

@@ -22,9 +22,10 @@ fn selection_id_from(ids: &SplitMix64) -> String {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&ids.next_u64().to_le_bytes());
     bytes[8..].copy_from_slice(&ids.next_u64().to_le_bytes());
-    uuid::Builder::from_random_bytes(bytes)
-        .into_uuid()
-        .to_string()
+    let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    // Written into a stack buffer: `to_string` goes through the formatting machinery.
+    let mut text = uuid::Uuid::encode_buffer();
+    uuid.hyphenated().encode_lower(&mut text).to_owned()
 }
 
 #[cfg(test)]
