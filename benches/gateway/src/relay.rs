@@ -24,14 +24,12 @@ use kv_router_service::gateway::worker_connections::{WorkerConnections, WorkerRe
 use kv_router_service::gateway::worker_try::{
     answer_header_relayed, worker_client, worker_headers,
 };
+use kv_router_service::http::REQUEST_BODY_LIMIT_BYTES;
 use kv_router_service::http::repolled::Repolled;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-
-/// The largest request body read (the gateway's own limit is larger than any bench prompt).
-const BODY_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 
 /// The engines and the connections to them.
 struct Relay {
@@ -57,7 +55,7 @@ pub async fn serve(port: u16, engines: Vec<String>) -> Result<(), String> {
     let routes = Router::new()
         .route("/v1/completions", post(forward))
         .route("/v1/chat/completions", post(forward))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(DefaultBodyLimit::max(REQUEST_BODY_LIMIT_BYTES))
         .with_state(relay);
     let listener = TcpListener::bind(("127.0.0.1", port))
         .await
