@@ -144,6 +144,19 @@ struct Steps {
     booking: Option<StepTime>,
 }
 
+impl Steps {
+    /// `, tokenize mean … µs, booking mean … µs` for the steps measured (empty for none).
+    fn summary(&self) -> String {
+        [("tokenize", &self.tokenize), ("booking", &self.booking)]
+            .into_iter()
+            .filter_map(|(name, step)| {
+                step.as_ref()
+                    .map(|s| format!(", {name} mean {:.0} µs", s.mean_us))
+            })
+            .collect()
+    }
+}
+
 /// The histogram of our gateway's tokenizing, on its `/metrics`.
 const TOKENIZE_METRIC: &str = "kv_router_gateway_tokenize_seconds";
 /// The histogram of our gateway's bookings, on its `/metrics`.
@@ -694,14 +707,14 @@ fn gateway_command(
             }
             for engine in engines {
                 argv.push("--worker".into());
-                if name == "ours-approx" {
-                    argv.push(engine.http.clone());
-                    continue;
-                }
-                argv.push(format!(
-                    "{},kv_events_endpoint={},replay_endpoint={}",
-                    engine.http, engine.events, engine.replay
-                ));
+                argv.push(match name {
+                    // Approximate mode: no event endpoints to subscribe to.
+                    "ours-approx" => engine.http.clone(),
+                    _ => format!(
+                        "{},kv_events_endpoint={},replay_endpoint={}",
+                        engine.http, engine.events, engine.replay
+                    ),
+                });
             }
             args.kv_router.clone()
         }
@@ -969,16 +982,7 @@ async fn run_one(
                     d.p50_us, d.p99_us, d.errors
                 ))
                 .unwrap_or_default(),
-            steps
-                .tokenize
-                .as_ref()
-                .map(|t| format!(", tokenize mean {:.0} µs", t.mean_us))
-                .unwrap_or_default()
-                + &steps
-                    .booking
-                    .as_ref()
-                    .map(|b| format!(", booking mean {:.0} µs", b.mean_us))
-                    .unwrap_or_default()
+            steps.summary()
         );
         result.latency.insert(size.to_string(), latency);
         if let Some(paired) = paired {
