@@ -272,6 +272,33 @@ fn an_engine_removal_is_not_contradicted_by_a_prediction() {
 }
 
 #[test]
+fn a_worker_that_leaves_takes_its_waiting_predictions_with_it() {
+    let (router, _clock) = least_prefill_router(Some(TTL));
+    let prompt = tokens(32, 5);
+    let hashes = sequence_hashes_for_tokens(&prompt, BLOCK_SIZE);
+    let a = router
+        .book(&request("a", Role::Aggregated, prompt.clone()))
+        .unwrap();
+    // Nothing read the side table since the booking: its prediction still waits.
+    router.deregister_worker(a.worker).unwrap();
+    router
+        .register_worker(plain(a.worker.worker_id, Role::Aggregated))
+        .unwrap();
+    assert_eq!(router.predicted_prefix(a.worker, &hashes), 0);
+    let again = router
+        .book(&request("b", Role::Aggregated, prompt.clone()))
+        .unwrap();
+    assert_eq!(
+        again.stats.cached_blocks, 0,
+        "no prediction outlived its worker"
+    );
+    // A prediction settled early counts as one the next booking would have settled.
+    router.settle_predictions();
+    assert_eq!(router.predicted_prefix(again.worker, &hashes), 8);
+    assert_eq!(router.predicted_cache_stats().unwrap().bookings, 2);
+}
+
+#[test]
 fn a_removal_in_a_batch_supersedes_predictions_as_a_single_event_does() {
     let (router, _clock) = least_prefill_router(Some(TTL));
     let prompt = tokens(32, 4);

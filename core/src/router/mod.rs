@@ -30,6 +30,7 @@ mod kv_booking;
 mod load;
 mod overlap_pass;
 mod peer_booking;
+mod pending_predictions;
 pub mod policy_set;
 mod prediction;
 pub mod request;
@@ -176,6 +177,8 @@ pub struct Router {
     blind: BlindSelector,
     /// What predicted cache entries expire by.
     clock: Arc<dyn Clock>,
+    /// Predictions alongside KV events that bookings made, waiting for the side table.
+    pending: pending_predictions::PendingPredictions,
 }
 
 impl Router {
@@ -213,6 +216,7 @@ impl Router {
             shadows: shadow_queue::ShadowQueue::default(),
             blind: BlindSelector::new(options.seed),
             clock,
+            pending: pending_predictions::PendingPredictions::default(),
         }
     }
 
@@ -285,6 +289,8 @@ impl Router {
     /// stay in the ledger until released or expired.
     pub fn deregister_worker(&self, id: WorkerId) -> Result<(), RouterError> {
         let mut state = self.state.write();
+        // Its waiting predictions are recorded, then dropped with the rest.
+        self.settle_predictions_into(&mut state);
         if state.workers.remove(id).is_none() {
             return Err(RouterError::UnknownWorker { worker: id });
         }
@@ -325,6 +331,8 @@ impl Router {
     pub fn apply_event(&self, event: &RouterEvent) -> EventOutcome {
         let mut state = self.state.write();
         let outcome = if state.side.is_some() {
+            // Bookings made before this event are predictions it may supersede.
+            self.settle_predictions_into(&mut state);
             state.apply_superseding(event, |index| index.apply(event))
         } else {
             state.index.apply(event)
@@ -438,7 +446,7 @@ impl Router {
         let result = self.choose(&policies, request, start, BookingMode::Book);
         match result {
             Ok(Chosen { booking, chain }) => {
-                self.predict(request, booking.worker, chain.as_deref());
+                self.predict(request, booking.worker, chain.as_ref());
                 self.metrics.count_booking(booking.stats.latency);
                 Ok(booking)
             }
@@ -533,13 +541,13 @@ impl Router {
                 allowed: filter.worker_ids().to_vec(),
             });
         }
-        let hashes: Vec<SequenceHash> = match &request.prompt {
+        let hashes: Arc<[SequenceHash]> = match &request.prompt {
             Prompt::Tokens(tokens) => {
-                sequence_hashes_for_request(tokens, block_size, &request.identity)
+                sequence_hashes_for_request(tokens, block_size, &request.identity).into()
             }
             Prompt::Blocks {
                 sequence_hashes, ..
-            } => sequence_hashes.clone(),
+            } => Arc::from(sequence_hashes.as_slice()),
         };
         let mut cached_blocks = state.index.prefix_length(&hashes, worker);
         if let Some(side) = &state.side {
@@ -555,7 +563,7 @@ impl Router {
             entry,
             prefill_tokens,
             ActiveChain {
-                hashes: (!hashes.is_empty()).then(|| Arc::from(hashes.as_slice())),
+                hashes: (!hashes.is_empty()).then(|| Arc::clone(&hashes)),
                 untracked_blocks: 0,
             },
             start,

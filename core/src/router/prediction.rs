@@ -12,7 +12,9 @@
 //! `stored` events arrive they count as they would without predictions. A worker's `removed`
 //! and `cleared` events supersede its predictions of those blocks, which are dropped at once
 //! (upstream leaves them to the TTL): a removal the engine reports is never contradicted by a
-//! prediction. Everything else expires by the TTL.
+//! prediction. Everything else expires by the TTL. A booking queues its prediction rather
+//! than recording it itself; the queue reaches the table before anything reads it or an event
+//! changes it (`pending_predictions.rs`).
 
 use super::{BATCH_PART_BLOCKS, Prompt, RouteRequest, Router, RouterState};
 use crate::block_identity::{LocalBlockHash, SequenceHash};
@@ -22,6 +24,7 @@ use crate::kv::{
     PredictedCacheStats, RouterEvent, local_block_hashes, sequence_hashes,
     sequence_hashes_for_request,
 };
+use std::sync::Arc;
 
 impl RouterState {
     /// Applies `event` to the event-driven index through `apply`, then lets it supersede the
@@ -79,6 +82,7 @@ impl Router {
     /// What the predicted cache did so far, when the router routes without KV events or
     /// predicts alongside them.
     pub fn predicted_cache_stats(&self) -> Option<PredictedCacheStats> {
+        self.settle_predictions();
         let state = self.state.read();
         state
             .predicted
@@ -112,6 +116,8 @@ impl Router {
         let mut rest = events;
         while !rest.is_empty() {
             let mut state = self.state.write();
+            // Bookings made before these events are predictions the events may supersede.
+            self.settle_predictions_into(&mut state);
             let mut blocks = 0usize;
             while let Some((event, later)) = rest.split_first() {
                 if blocks >= BATCH_PART_BLOCKS {
@@ -137,8 +143,9 @@ impl Router {
         self.expire_due(true);
     }
 
-    /// Removes the predictions due by the clock, taking the state lock exclusively only when
-    /// some are due (alongside KV events: when the side table's next sweep is due).
+    /// Records the predictions bookings queued and removes those due by the clock, taking the
+    /// state lock exclusively only when there is something to do (alongside KV events: when
+    /// predictions wait, or the side table's next sweep is due).
     pub(super) fn expire_predictions(&self) {
         self.expire_due(false);
     }
@@ -161,7 +168,7 @@ impl Router {
                 .side
                 .as_ref()
                 .is_some_and(|side| (sweep_now && !side.is_empty()) || side.sweep_due(now));
-            predicted_due || side_due
+            predicted_due || side_due || self.pending.waiting()
         };
         if !due {
             return;
@@ -175,6 +182,7 @@ impl Router {
             ..
         } = &mut *state;
         if let Some(side) = side.as_mut() {
+            self.pending.apply(side);
             if sweep_now {
                 side.sweep(now);
             } else {
@@ -198,7 +206,7 @@ impl Router {
         &self,
         request: &RouteRequest,
         worker: WorkerId,
-        hashed: Option<&[SequenceHash]>,
+        hashed: Option<&Arc<[SequenceHash]>>,
     ) {
         if self.options.approximate.is_none() {
             if self.options.predicted_ttl.is_some() {
@@ -244,36 +252,49 @@ impl Router {
         }
     }
 
-    /// Records `request`'s booking on `worker` in the side table, alongside KV events: its
-    /// prompt's blocks (`hashed`, or hashed here) count as predicted there for the TTL.
+    /// Queues `request`'s booking on `worker` for the side table, alongside KV events: its
+    /// prompt's blocks (`hashed`, or hashed here) count as predicted there for the TTL from
+    /// now, once the queue is applied (see `pending_predictions.rs`).
     fn predict_alongside_events(
         &self,
         request: &RouteRequest,
         worker: WorkerId,
-        hashed: Option<&[SequenceHash]>,
+        hashed: Option<&Arc<[SequenceHash]>>,
     ) {
-        let computed;
         let hashes = match (hashed, &request.prompt) {
-            (Some(hashes), _) => hashes,
+            (Some(hashes), _) => Arc::clone(hashes),
             (None, Prompt::Tokens(tokens)) => {
-                computed = sequence_hashes_for_request(tokens, self.block_size, &request.identity);
-                &computed
+                sequence_hashes_for_request(tokens, self.block_size, &request.identity).into()
             }
             (
                 None,
                 Prompt::Blocks {
                     sequence_hashes, ..
                 },
-            ) => sequence_hashes,
+            ) => Arc::from(sequence_hashes.as_slice()),
         };
         if hashes.is_empty() {
             return;
         }
+        self.pending.push(worker, hashes, self.clock.as_ref());
+    }
+
+    /// Records the predictions that bookings queued alongside KV events (each as of its
+    /// booking's time) in the side table now, instead of when the next booking, event or
+    /// (de)registration would: for a caller with time to spare, such as the gateway while the
+    /// booked worker computes. Nothing happens when none waits.
+    pub fn settle_predictions(&self) {
+        if !self.pending.waiting() {
+            return;
+        }
         let mut state = self.state.write();
-        // Read under the lock, so that bookings are recorded in clock order.
-        let now = self.clock.now();
+        self.settle_predictions_into(&mut state);
+    }
+
+    /// [`Router::settle_predictions`] under a write hold of the state lock the caller has.
+    pub(super) fn settle_predictions_into(&self, state: &mut RouterState) {
         if let Some(side) = state.side.as_mut() {
-            side.record(worker, hashes, now);
+            self.pending.apply(side);
         }
     }
 }

@@ -12,6 +12,7 @@
 //! ([`worker_health`]) and the request is re-booked elsewhere, a bounded number of times.
 //! Client errors are 4xx in OpenAI's shape and book nothing ([`openai_error`]).
 
+pub mod after_this_turn;
 pub mod booking_guard;
 pub mod chat_template;
 pub mod direct_encoder;
@@ -53,6 +54,7 @@ use relayed_body::{RelayAccounting, RelayedBody};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 use worker_connections::{WorkerConnections, WorkerRequest};
@@ -289,16 +291,13 @@ impl Gateway {
             span.record("attempt", attempt);
             let selection_id = selection.selection_id.clone().unwrap_or_default();
             span.record("selection_id", selection_id.as_str());
-            let mut booking = BookingGuard::new(Arc::clone(&self.service), selection_id);
+            let booking = BookingGuard::new(Arc::clone(&self.service), selection_id);
             let counters = self.stats.metrics.worker(worker_id);
             counters.requests.fetch_add(1, Ordering::Relaxed);
-            match self
-                .try_on(route, request, client_headers, &selection)
-                .await
-            {
+            let exchange = self.try_on(route, request, client_headers, &selection);
+            match self.while_worker_computes(exchange).await {
                 Ok(answered) => {
                     self.stats.health.succeeded(worker_id);
-                    booking.prefill_complete();
                     counters.ttft.observe(arrived.elapsed());
                     let accounting = RelayAccounting {
                         booking,
@@ -335,6 +334,19 @@ impl Gateway {
             failures.len(),
             failures.join("; ")
         )))
+    }
+
+    /// Runs `exchange` to its end, and after its first turn (which wrote the request to the
+    /// worker) records the bookings' queued cache predictions: the worker computes meanwhile,
+    /// so the client does not wait for them.
+    async fn while_worker_computes<T>(&self, exchange: impl Future<Output = T>) -> T {
+        let mut exchange = std::pin::pin!(exchange);
+        let first_turn = std::future::poll_fn(|cx| Poll::Ready(exchange.as_mut().poll(cx))).await;
+        if let Poll::Ready(done) = first_turn {
+            return done;
+        }
+        self.service.settle_predictions();
+        exchange.await
     }
 
     async fn try_on(

@@ -1,10 +1,12 @@
 //! The worker's answer on its way to the client, frame by frame as it arrives (never buffered
 //! whole). It holds the request's booking: the prefill is released at the first frame, the
-//! booking at the end, at an upstream error and when the client goes away (the body is dropped,
+//! booking at the end (each just after hyper has the frame, so the client does not wait for
+//! the bookkeeping), at an upstream error and when the client goes away (the body is dropped,
 //! which drops the worker's connection and so cancels the request there). A stream that fails
 //! after bytes reached the client ends with an OpenAI error event instead of a cut. Enters: the
 //! worker's body and its first frame, already read; leaves: frames for the client, metrics.
 
+use super::after_this_turn::after_this_turn;
 use super::booking_guard::BookingGuard;
 use super::gateway_metrics::WorkerCounters;
 use super::openai_error::OpenAiError;
@@ -45,22 +47,38 @@ impl RelayedBody {
         accounting: RelayAccounting,
         stream: bool,
     ) -> Self {
-        Self {
+        let mut body = Self {
             first,
             upstream: Some(upstream),
             accounting: Some(accounting),
             stream,
+        };
+        if body.first.is_none() {
+            // An empty answer: it ended before any frame (hyper will not poll the body).
+            body.first_frame_out();
         }
+        body
     }
 
+    /// The answer ended: its latency is taken now, and recorded with the booking's release on
+    /// this worker's next turn, after hyper wrote the last frame ([`after_this_turn`]).
     fn finish(&mut self) {
         self.upstream = None;
         if let Some(accounting) = self.accounting.take() {
-            accounting
-                .counters
-                .end_to_end
-                .observe(accounting.arrived.elapsed());
-            drop(accounting.booking);
+            let took = accounting.arrived.elapsed();
+            after_this_turn(move || {
+                accounting.counters.end_to_end.observe(took);
+                drop(accounting.booking);
+            });
+        }
+    }
+
+    /// The first frame goes out: the worker computed the prompt.
+    fn first_frame_out(&mut self) {
+        if self.upstream.as_ref().is_some_and(Body::is_end_stream) {
+            self.finish();
+        } else if let Some(accounting) = self.accounting.as_mut() {
+            accounting.booking.prefill_complete();
         }
     }
 
@@ -113,9 +131,7 @@ impl Body for RelayedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if let Some(frame) = this.first.take() {
-            if this.upstream.as_ref().is_some_and(Body::is_end_stream) {
-                this.finish();
-            }
+            this.first_frame_out();
             return Poll::Ready(Some(Ok(frame)));
         }
         let Some(upstream) = this.upstream.as_mut() else {

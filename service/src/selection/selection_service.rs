@@ -110,6 +110,16 @@ impl SelectionService {
         self.partitions.read().values().cloned().collect()
     }
 
+    /// Records, in every partition, the cache predictions its bookings queued
+    /// ([`Router::settle_predictions`](dynamo_kv_router::router::Router::settle_predictions)):
+    /// for a caller with time to spare, such as the gateway while a booked worker computes.
+    /// Otherwise the next booking or event of the partition records them.
+    pub fn settle_predictions(&self) {
+        for partition in self.partitions.read().values() {
+            partition.router.settle_predictions();
+        }
+    }
+
     pub(crate) fn tell_replica(
         &self,
         partition: &Partition,
