@@ -79,37 +79,37 @@ pub fn worker_url(endpoint: &str, path: &str) -> Result<Uri, TryFailure> {
         .map_err(|error| bad(&error.to_string()))
 }
 
-/// Headers a proxy must not forward (RFC 9110 §7.6.1), and those the gateway sets itself.
-fn forwarded(name: &HeaderName) -> bool {
-    !matches!(
-        name.as_str(),
+/// Headers that describe one connection, not the message, in either direction (RFC 9110
+/// §7.6.1), and `content-length`, which the gateway's own connection sets (a forwarded body
+/// may have changed length, a relayed one goes frame by frame).
+fn connection_header(name: &str) -> bool {
+    matches!(
+        name,
         "connection"
             | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
             | "transfer-encoding"
+            | "trailer"
             | "upgrade"
-            | "host"
             | "content-length"
     )
 }
 
-/// Whether a header of the worker's answer reaches the client: every one but the hop-by-hop
-/// headers the gateway's own connection sets (`content-length` included, since the body is
-/// relayed frame by frame).
+/// Whether a header of the client's request reaches the worker: every one but the
+/// `connection_header`s, the proxy's own (`proxy-*`, `te`) and `host`, which the worker's URL
+/// sets.
+fn forwarded(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    !connection_header(name)
+        && !matches!(
+            name,
+            "proxy-connection" | "proxy-authenticate" | "proxy-authorization" | "te" | "host"
+        )
+}
+
+/// Whether a header of the worker's answer reaches the client: every one but the
+/// `connection_header`s, which the gateway's own connection sets.
 pub fn answer_header_relayed(name: &HeaderName) -> bool {
-    !matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "transfer-encoding"
-            | "content-length"
-            | "trailer"
-            | "upgrade"
-    )
+    !connection_header(name.as_str())
 }
 
 /// The headers the worker gets: the client's end-to-end headers, plus `extra`.
