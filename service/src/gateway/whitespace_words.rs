@@ -1,114 +1,174 @@
 //! The words of a text as `tokenizers`' `WhitespaceSplit` cuts them: the stretches between
 //! characters that are `char::is_whitespace`, empty ones dropped.
 //!
-//! Enters: a prompt text (any UTF-8). Leaves: the byte range of each word, in order. ASCII text
-//! is scanned eight bytes at a time: a word ends only at a byte at or below the space or at or
-//! above 0x80 (which then decides by the character it starts), so one 64-bit test passes over
-//! eight bytes that cannot end it.
+//! Enters: a prompt text (any UTF-8). Leaves: the byte range of each word, in order.
+//!
+//! The text is read in blocks of 64 bytes. Each block gives a mask of its whitespace bytes, bit
+//! `i` for byte `i`, and the words' starts and ends are where that mask changes: one
+//! `trailing_zeros` a start or an end, with no branch on the bytes themselves. A block of
+//! ASCII bytes is classified with vector compares (SSE2 on x86_64). A block with a byte of
+//! 0x80 or above (a character beyond ASCII, which may be whitespace such as U+00A0 or U+3000)
+//! is classified character by character. The text's last block is padded with spaces, so the
+//! word that runs to the end closes there like any other, and the words are handed out from
+//! one place (where the caller's closure is inlined).
+
+/// Bytes per block.
+const BLOCK: usize = 64;
 
 /// Calls `each(start, end)` for the byte range of every word of `text`, in order.
 #[inline]
 pub fn for_each_word(text: &str, mut each: impl FnMut(usize, usize)) {
     let bytes = text.as_bytes();
+    let mut classifier = Classifier::default();
+    // Where the open word started, when one is open.
+    let mut start = 0;
+    let mut open = false;
     let mut at = 0;
     loop {
-        let Some(start) = next_word_start(text, at) else {
+        let padded;
+        let block: &[u8; BLOCK] = match bytes.get(at..at + BLOCK) {
+            Some(block) => block.try_into().expect("a block"),
+            None => {
+                padded = padded_tail(&bytes[at..]);
+                &padded
+            }
+        };
+        let inside = !classifier.whitespace(text, at, block);
+        // A bit for each byte where a word starts or ends: the inside mask against itself one
+        // byte later, the byte before the block counting as inside when a word is open.
+        let mut changes = inside ^ ((inside << 1) | u64::from(open));
+        while changes != 0 {
+            let position = at + changes.trailing_zeros() as usize;
+            changes &= changes - 1;
+            if open {
+                each(start, position);
+            } else {
+                start = position;
+            }
+            open = !open;
+        }
+        // The padded block holds at least one space past the text, so no word is open after it.
+        if at + BLOCK > bytes.len() {
+            debug_assert!(!open);
             return;
-        };
-        let (end, after) = word_end(text, start);
-        each(start, end);
-        match after {
-            Some(after) => at = after,
-            None => return,
         }
-        debug_assert!(at <= bytes.len());
+        at += BLOCK;
     }
 }
 
-/// The first byte at or after `at` that is not whitespace, if any.
+/// The text's last bytes (fewer than a block) followed by spaces.
 #[inline]
-fn next_word_start(text: &str, mut at: usize) -> Option<usize> {
-    let bytes = text.as_bytes();
-    while let Some(&byte) = bytes.get(at) {
-        match whitespace_width(text, at, byte) {
-            Some(width) => at += width,
-            None => return Some(at),
-        }
-    }
-    None
+fn padded_tail(tail: &[u8]) -> [u8; BLOCK] {
+    let mut block = [b' '; BLOCK];
+    block[..tail.len()].copy_from_slice(tail);
+    block
 }
 
-/// The end of the word starting at `start` and, when whitespace ended it, where scanning goes
-/// on (after that whitespace character); `None` when the word runs to the end of the text.
-#[inline]
-fn word_end(text: &str, start: usize) -> (usize, Option<usize>) {
-    let bytes = text.as_bytes();
-    let mut at = start + char_width(bytes[start]);
-    loop {
-        at = next_special_byte(bytes, at);
-        let Some(&byte) = bytes.get(at) else {
-            return (bytes.len(), None);
+/// Classifies blocks in order, carrying a character that a block began and the next ends.
+#[derive(Default)]
+struct Classifier {
+    /// Bytes of such a character at the start of the next block.
+    spilled: usize,
+    /// Whether that character is whitespace.
+    spilled_whitespace: bool,
+}
+
+impl Classifier {
+    /// The mask of `block`'s whitespace bytes; `block` is `text[at..]`, padded with spaces past
+    /// the text's end.
+    #[inline(always)]
+    fn whitespace(&mut self, text: &str, at: usize, block: &[u8; BLOCK]) -> u64 {
+        if block.is_ascii() {
+            return ascii_whitespace(block);
+        }
+        self.characters(text, at)
+    }
+
+    /// The mask of a block with bytes beyond ASCII, character by character.
+    #[cold]
+    #[inline(never)]
+    fn characters(&mut self, text: &str, at: usize) -> u64 {
+        let mut mask = 0u64;
+        // The character the previous block began covers the first `spilled` bytes.
+        if self.spilled_whitespace {
+            mask |= low_bits(self.spilled);
+        }
+        let mut offset = self.spilled;
+        self.spilled = 0;
+        while offset < BLOCK {
+            let position = at + offset;
+            let Some(character) = text.get(position..).and_then(|rest| rest.chars().next()) else {
+                // Past the text: the padding, all spaces.
+                mask |= !low_bits(offset);
+                break;
+            };
+            let width = character.len_utf8();
+            let whitespace = character.is_whitespace();
+            if whitespace {
+                mask |= low_bits(width.min(BLOCK - offset)) << offset;
+            }
+            if offset + width > BLOCK {
+                self.spilled = offset + width - BLOCK;
+                self.spilled_whitespace = whitespace;
+            }
+            offset += width;
+        }
+        mask
+    }
+}
+
+/// The lowest `count` bits set (`count` at most 64).
+#[inline(always)]
+fn low_bits(count: usize) -> u64 {
+    match count {
+        BLOCK.. => u64::MAX,
+        count => (1u64 << count) - 1,
+    }
+}
+
+/// The mask of an ASCII block's whitespace bytes: tab, line feed, vertical tab, form feed,
+/// carriage return and space (`char::is_whitespace` on ASCII). With SSE2 (part of every x86_64
+/// target): four 16-byte loads, two compares each and one `movemask`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn ascii_whitespace(block: &[u8; BLOCK]) -> u64 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, _mm_sub_epi8,
+    };
+    let mut mask = 0u64;
+    for lane in 0..BLOCK / 16 {
+        // SAFETY: SSE2 is part of every x86_64 target; the load reads the 16 bytes of `block`
+        // at `16 * lane` (below 64), with no alignment required.
+        let lane_mask = unsafe {
+            let bytes = _mm_loadu_si128(block.as_ptr().add(16 * lane).cast::<__m128i>());
+            let space = _mm_cmpeq_epi8(bytes, _mm_set1_epi8(b' ' as i8));
+            // Tab to carriage return are 0x09..=0x0D: the byte less 9 is at most 4, unsigned.
+            let shifted = _mm_sub_epi8(bytes, _mm_set1_epi8(9));
+            let control = _mm_cmpeq_epi8(_mm_min_epu8(shifted, _mm_set1_epi8(4)), shifted);
+            _mm_movemask_epi8(_mm_or_si128(space, control)) as u16
         };
-        match whitespace_width(text, at, byte) {
-            Some(width) => return (at, Some(at + width)),
-            None => at += char_width(byte),
-        }
+        mask |= u64::from(lane_mask) << (16 * lane);
     }
+    mask
 }
 
-/// How many bytes the whitespace character at `at` (whose first byte is `byte`) takes, or
-/// `None` when the character there is not whitespace.
+/// The mask of an ASCII block's whitespace bytes (as the x86_64 version), byte by byte.
+#[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn whitespace_width(text: &str, at: usize, byte: u8) -> Option<usize> {
-    if byte.is_ascii() {
-        // `char::is_whitespace` on ASCII: tab, line feed, vertical tab, form feed, carriage
-        // return and space.
-        return matches!(byte, b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ').then_some(1);
+fn ascii_whitespace(block: &[u8; BLOCK]) -> u64 {
+    let mut mask = 0u64;
+    for (index, &byte) in block.iter().enumerate() {
+        let whitespace = (byte == b' ') | (byte.wrapping_sub(9) <= 4);
+        mask |= u64::from(whitespace) << index;
     }
-    let character = text[at..].chars().next()?;
-    character.is_whitespace().then_some(character.len_utf8())
-}
-
-/// The UTF-8 width of the character whose first byte is `byte`.
-#[inline(always)]
-fn char_width(byte: u8) -> usize {
-    match byte {
-        0..0x80 => 1,
-        0xC0..0xE0 => 2,
-        0xE0..0xF0 => 3,
-        _ => 4,
-    }
-}
-
-/// The first index at or after `at` whose byte could end a word (at or below a space, or not
-/// ASCII), or `bytes.len()`.
-#[inline(always)]
-fn next_special_byte(bytes: &[u8], mut at: usize) -> usize {
-    const LOW: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        // For a byte below 0x80, adding 0x80 - 0x21 sets its top bit exactly when it is
-        // 0x21 or above; no byte carries into the next (0x7F + 0x5F < 0x100).
-        let printable = (word & !HIGH).wrapping_add(LOW * 0x5F);
-        let special = (!printable | word) & HIGH;
-        if special != 0 {
-            return at + (special.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while let Some(&byte) = bytes.get(at) {
-        if byte <= b' ' || !byte.is_ascii() {
-            return at;
-        }
-        at += 1;
-    }
-    bytes.len()
+    mask
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn words(text: &str) -> Vec<&str> {
         let mut out = Vec::new();
@@ -142,6 +202,46 @@ mod tests {
             let text = format!("a{}b", char::from(byte));
             let expected: Vec<&str> = text.split_whitespace().collect();
             assert_eq!(words(&text), expected, "byte {byte:#x}");
+        }
+    }
+
+    /// Words and whitespace of every kind placed on and around the blocks' edges: a word that
+    /// ends on a block's last byte or runs into the next block, a multi-byte character (word or
+    /// whitespace) split between two blocks, texts of exactly one and two blocks.
+    #[test]
+    fn words_across_block_edges() {
+        let pieces = ["a", "\u{a0}", "\u{3000}", "東", "😀", " ", "\u{85}", "é"];
+        for length in [62, 63, 64, 65, 126, 127, 128, 129] {
+            for fill in ['x', ' '] {
+                for piece in pieces {
+                    for tail in ["", "b", " b", "\u{2028}b", "b "] {
+                        let mut text: String = std::iter::repeat_n(fill, length).collect();
+                        text.push_str(piece);
+                        text.push_str(tail);
+                        let expected: Vec<&str> = text.split_whitespace().collect();
+                        assert_eq!(words(&text), expected, "{text:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn texts() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            4 => "[a-z]{1,20}",
+            3 => Just(" ".to_string()),
+            1 => "[\t\n\u{b}\u{c}\r \u{1c}-\u{1f}]{1,3}",
+            1 => "[\u{85}\u{a0}\u{1680}\u{2000}-\u{200b}\u{2028}\u{2029}\u{202f}\u{205f}\u{3000}]",
+            1 => "[é東😀\u{7f}\u{80}-\u{9f}]{1,4}",
+        ];
+        prop::collection::vec(piece, 0..80).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn words_of_any_text_are_what_split_whitespace_gives(text in texts()) {
+            let expected: Vec<&str> = text.split_whitespace().collect();
+            prop_assert_eq!(words(&text), expected);
         }
     }
 }
