@@ -287,6 +287,12 @@ impl WorkerCatalogRecord {
         }
     }
 
+    /// Whether the worker belongs to `key`'s partition (no key is built: a booking asks this
+    /// of every worker).
+    pub fn is_in(&self, key: &PartitionKey) -> bool {
+        self.model_name == key.model_name && self.routing_group == key.routing_group
+    }
+
     /// The first data-parallel rank (default 0).
     pub fn dp_start(&self) -> u32 {
         self.data_parallel_start_rank.unwrap_or(0)
@@ -431,5 +437,31 @@ impl std::fmt::Display for PartitionKey {
             "model={} routing_group={}",
             self.model_name, self.routing_group
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(model_name: &str, routing_group: &str) -> WorkerCatalogRecord {
+        let request: WorkerRequest = serde_json::from_value(serde_json::json!({
+            "worker_id": 1, "model_name": model_name, "routing_group": routing_group
+        }))
+        .expect("a registration");
+        WorkerCatalogRecord::new(request)
+    }
+
+    #[test]
+    fn a_worker_is_in_its_own_partition_only() {
+        let worker = record("m", "a");
+        assert!(worker.is_in(&worker.partition()));
+        for (model_name, routing_group) in [("m", "b"), ("n", "a"), ("ma", ""), ("", "ma")] {
+            let key = PartitionKey {
+                model_name: model_name.to_owned(),
+                routing_group: routing_group.to_owned(),
+            };
+            assert!(!worker.is_in(&key), "{key}");
+        }
     }
 }

@@ -115,9 +115,7 @@ impl SelectionService {
             .read()
             .values()
             .map(|entry| &entry.record)
-            .filter(|record| {
-                record.lifecycle == WorkerLifecycle::Schedulable && record.partition() == key
-            })
+            .filter(|record| record.lifecycle == WorkerLifecycle::Schedulable && record.is_in(&key))
             .flat_map(|record| {
                 record
                     .dp_ranks()

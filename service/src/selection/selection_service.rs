@@ -156,7 +156,7 @@ impl SelectionService {
         let ready = catalog
             .values()
             .filter(schedulable)
-            .any(|entry| entry.record.partition() == *key);
+            .any(|entry| entry.record.is_in(key));
         if ready && let Some(partition) = self.partition(key) {
             return Ok(partition);
         }
@@ -183,7 +183,7 @@ impl SelectionService {
             .map(|entry| &entry.record)
             .filter(|record| {
                 record.lifecycle == WorkerLifecycle::Schedulable
-                    && record.partition() == *key
+                    && record.is_in(key)
                     && record.dp_ranks().contains(&worker.dp_rank)
             })
             .and_then(|record| record.endpoint.clone())
