@@ -14,6 +14,7 @@
 
 pub mod after_this_turn;
 pub mod booking_guard;
+mod cache_prefetch;
 pub mod chat_template;
 pub mod direct_encoder;
 pub mod gateway_metrics;
@@ -22,6 +23,7 @@ pub mod model_tokenizer;
 pub mod openai_error;
 pub mod openai_request;
 pub mod relayed_body;
+mod short_words;
 pub mod static_worker;
 pub mod unsupported_tokenizer;
 pub mod whitespace_words;

@@ -6,13 +6,18 @@
 //! [`whitespace_words`](super::whitespace_words)). Leaves: their ids, or the unknown token's
 //! for a word not in the vocabulary.
 //!
-//! The table is open-addressing with 32-byte slots (two per cache line), at most a quarter
-//! full. A word of up to 16 bytes lives in its slot as one zero-padded 128-bit key, so a
-//! lookup reads it with two overlapping loads, hashes the key with two multiplications and
-//! compares it in one instruction; a longer word is hashed with XXH3 and kept in a shared
-//! buffer. A word's slot is prefetched when the word is cut and read sixteen words later, so a
-//! prompt's cache misses overlap instead of queueing one after another.
+//! Words of up to eight bytes (most words of a prompt, and every word of a vocabulary like
+//! `w0`…`w31999`) live in `ShortWords` (`short_words.rs`), where the word is its own 64-bit
+//! key, five to a cache line. Longer ones live here, in an open-addressing table with 32-byte
+//! slots (two per cache line), at most a quarter full. A word of up to 16 bytes lives in its
+//! slot as one zero-padded 128-bit key, so a lookup reads it with two overlapping loads,
+//! hashes the key with two multiplications and compares it in one instruction; a longer word
+//! is hashed with XXH3 and kept in a shared buffer. A word's slot is prefetched when the word
+//! is cut and read sixteen words later, so a prompt's cache misses overlap instead of queueing
+//! one after another.
 
+use super::cache_prefetch::prefetch;
+use super::short_words::{ShortWords, short_key};
 use super::unsupported_tokenizer::Unsupported;
 use super::whitespace_words::for_each_word;
 use std::borrow::Cow;
@@ -24,19 +29,26 @@ const INLINE_WORD: usize = 16;
 /// How many words after its prefetch a word's slot is read.
 const LOOKUP_DISTANCE: usize = 16;
 
-/// Slots per word held, at least: the table doubles before words fill a quarter of its slots.
+/// Slots per long word held, at least: the table doubles before words fill a quarter of its
+/// slots.
 /// At that load most words sit in their home slot, and a prompt's lookups take about a
 /// quarter less time than at half (`benches/tokenizer.rs`).
 const SLOTS_PER_WORD: usize = 4;
 
+/// Long words' slots the table starts with; it doubles as they come.
+const FIRST_LONG_SLOTS: usize = 64;
+
 /// A word-level vocabulary (see the module documentation).
 pub struct WordIds {
     seed: u64,
+    /// Words of up to eight bytes.
+    short: ShortWords,
     mask: usize,
+    /// Longer words' slots.
     slots: Vec<WordSlot>,
     long_words: Vec<u8>,
-    /// Words held; the table doubles before they fill a quarter of its slots.
-    len: usize,
+    /// Longer words held; their table doubles before they fill a quarter of its slots.
+    long_len: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -57,35 +69,44 @@ const EMPTY: WordSlot = WordSlot {
     key: 0,
 };
 
-/// A word as the table looks it up: its tag and, for a word of up to 16 bytes, its key.
+/// A longer word as the table looks it up: its tag and, for a word of up to 16 bytes, its key.
 #[derive(Clone, Copy)]
 struct Probe {
     tag: u64,
     key: u128,
 }
 
+/// A word waiting for its lookup: a short word's key, or a longer word's probe.
+#[derive(Clone, Copy)]
+enum Waiting {
+    Short(u64),
+    Long(Probe),
+}
+
 impl WordIds {
-    /// An empty table with room for `words` words before it grows.
+    /// An empty table with room for `words` short words before it grows (longer words' slots
+    /// grow as they come).
     pub fn with_capacity(words: usize) -> Self {
         use std::hash::{BuildHasher, RandomState};
-        let slots = (words * SLOTS_PER_WORD).next_power_of_two().max(16);
+        let seed = RandomState::new().hash_one(0u8);
         Self {
-            seed: RandomState::new().hash_one(0u8),
-            mask: slots - 1,
-            slots: vec![EMPTY; slots],
+            seed,
+            short: ShortWords::with_capacity(words, seed.rotate_left(17)),
+            mask: FIRST_LONG_SLOTS - 1,
+            slots: vec![EMPTY; FIRST_LONG_SLOTS],
             long_words: Vec::new(),
-            len: 0,
+            long_len: 0,
         }
     }
 
     /// Words held.
     pub fn len(&self) -> usize {
-        self.len
+        self.short.len() + self.long_len
     }
 
     /// Whether no word is held.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     #[inline(always)]
@@ -131,6 +152,10 @@ impl WordIds {
     /// Adds `word` (a later id for the same word replaces the earlier, as in a JSON object).
     pub fn insert(&mut self, word: &str, id: u32) -> Result<(), Unsupported> {
         let bytes = word.as_bytes();
+        if let Some(key) = short_key(bytes) {
+            self.short.insert(key, id);
+            return Ok(());
+        }
         let len = u32::try_from(bytes.len())
             .map_err(|_| Unsupported(format!("a word of {} bytes", bytes.len())))?;
         let probe = self.probe(bytes);
@@ -153,8 +178,8 @@ impl WordIds {
             len,
             key,
         };
-        self.len += 1;
-        if self.len * SLOTS_PER_WORD > self.slots.len() {
+        self.long_len += 1;
+        if self.long_len * SLOTS_PER_WORD > self.slots.len() {
             self.grow();
         }
         Ok(())
@@ -183,6 +208,9 @@ impl WordIds {
     #[inline]
     pub fn get_ref(&self, word: &str) -> Option<&u32> {
         let bytes = word.as_bytes();
+        if let Some(key) = short_key(bytes) {
+            return self.short.get_ref(key);
+        }
         let slot = &self.slots[self.position(self.probe(bytes), bytes)];
         (slot.tag != 0).then_some(&slot.id)
     }
@@ -230,7 +258,7 @@ struct Batch<'t, 'w> {
     table: &'t WordIds,
     unknown: Option<u32>,
     words: [&'w [u8]; LOOKUP_DISTANCE],
-    probes: [Probe; LOOKUP_DISTANCE],
+    waiting: [Waiting; LOOKUP_DISTANCE],
     /// Words pushed so far.
     pushed: usize,
 }
@@ -241,7 +269,7 @@ impl<'t, 'w> Batch<'t, 'w> {
             table,
             unknown,
             words: [&[]; LOOKUP_DISTANCE],
-            probes: [Probe { tag: 0, key: 0 }; LOOKUP_DISTANCE],
+            waiting: [Waiting::Short(0); LOOKUP_DISTANCE],
             pushed: 0,
         }
     }
@@ -250,14 +278,24 @@ impl<'t, 'w> Batch<'t, 'w> {
     /// before it.
     #[inline(always)]
     fn push(&mut self, word: &'w [u8], ids: &mut Vec<u32>) -> Option<()> {
-        let probe = self.table.probe(word);
-        prefetch(&self.table.slots[probe.tag as usize & self.table.mask]);
+        let table = self.table;
+        let waiting = match short_key(word) {
+            Some(key) => {
+                table.short.prefetch(table.short.home(key));
+                Waiting::Short(key)
+            }
+            None => {
+                let probe = table.probe(word);
+                prefetch(&table.slots[probe.tag as usize & table.mask]);
+                Waiting::Long(probe)
+            }
+        };
         let at = self.pushed % LOOKUP_DISTANCE;
         if self.pushed >= LOOKUP_DISTANCE {
             ids.push(self.lookup(at)?);
         }
         self.words[at] = word;
-        self.probes[at] = probe;
+        self.waiting[at] = waiting;
         self.pushed += 1;
         Some(())
     }
@@ -265,13 +303,14 @@ impl<'t, 'w> Batch<'t, 'w> {
     #[inline(always)]
     fn lookup(&self, at: usize) -> Option<u32> {
         let table = self.table;
-        let word = self.words[at];
-        let slot = &table.slots[table.position(self.probes[at], word)];
-        if slot.tag != 0 {
-            Some(slot.id)
-        } else {
-            self.unknown
-        }
+        let id = match self.waiting[at] {
+            Waiting::Short(key) => table.short.get_ref(key),
+            Waiting::Long(probe) => {
+                let slot = &table.slots[table.position(probe, self.words[at])];
+                (slot.tag != 0).then_some(&slot.id)
+            }
+        };
+        id.copied().or(self.unknown)
     }
 
     /// Looks up the words still waiting, in order.
@@ -326,20 +365,6 @@ fn short_hash(key: u128, len: usize, seed: u64) -> u64 {
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let full = u128::from(a) * u128::from(b);
     full as u64 ^ (full >> 64) as u64
-}
-
-/// Asks the CPU to bring `slot`'s cache line in (a hint; nothing on other targets).
-#[inline(always)]
-fn prefetch(slot: &WordSlot) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of every x86_64 target, and a prefetch only hints the cache: it
-        // neither reads nor writes memory as the program sees it.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((slot as *const WordSlot).cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
 }
 
 #[cfg(test)]
