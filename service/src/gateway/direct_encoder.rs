@@ -487,7 +487,8 @@ enum ModelStep {
 /// Pieces up to this many bytes are remembered.
 const CACHED_PIECE_BYTES: usize = 128;
 
-/// Pieces remembered at most (about 8 MiB for English-sized pieces).
+/// Pieces remembered at most. Those of up to 8 bytes take at most 2 MiB of buckets; a longer
+/// one takes 128–256 bytes of slots (a quarter full or less) and its own bytes.
 const CACHED_PIECES: usize = 1 << 16;
 
 /// The ids the BPE model gave each piece, bounded: once full, new pieces are not kept.
