@@ -387,7 +387,16 @@ mod tests {
 
     #[test]
     fn words_that_differ_only_in_trailing_zero_bytes_are_different_words() {
-        let words = ["a", "a\0", "a\0\0", "\0", "\0a", "abcdefg", "abcdefg\0", "abcdefgh"];
+        let words = [
+            "a",
+            "a\0",
+            "a\0\0",
+            "\0",
+            "\0a",
+            "abcdefg",
+            "abcdefg\0",
+            "abcdefgh",
+        ];
         let mut table = WordIds::with_capacity(words.len());
         for (id, word) in words.iter().enumerate() {
             table.insert(word, id as u32).expect("inserts");
