@@ -496,20 +496,31 @@ const CACHED_PIECES: usize = 1 << 16;
 struct PieceIds(parking_lot::RwLock<PieceTable>);
 
 /// Pieces and their ids: a piece of one token keeps it in the table's slot, a piece of more
-/// has the index of its ids in `several` there, with [`SEVERAL`] set.
+/// keeps where its ids are in `lists` there, with [`SEVERAL`] set.
 struct PieceTable {
     pieces: WordIds,
-    several: Vec<Box<[u32]>>,
+    /// The ids of every remembered piece of more than one token, one after another, so that
+    /// reading a piece's ids after its slot is one more memory access, not two.
+    lists: Vec<u32>,
 }
 
-/// Marks a slot's value as an index into [`PieceTable::several`].
+/// Marks a slot's value as a piece's ids in [`PieceTable::lists`]: their count in the
+/// [`LIST_LEN_BITS`] bits below this one, their start in the [`LIST_START_BITS`] bits below
+/// those.
 const SEVERAL: u32 = 1 << 31;
+
+/// Bits of a [`SEVERAL`] value that give the ids' start in [`PieceTable::lists`]: room for
+/// [`CACHED_PIECES`] pieces of [`CACHED_PIECE_BYTES`] ids each.
+const LIST_START_BITS: u32 = 23;
+
+/// Bits of a [`SEVERAL`] value that give how many ids the piece has.
+const LIST_LEN_BITS: u32 = 8;
 
 impl Default for PieceTable {
     fn default() -> Self {
         Self {
             pieces: WordIds::with_capacity(1024),
-            several: Vec::new(),
+            lists: Vec::new(),
         }
     }
 }
@@ -519,10 +530,16 @@ impl PieceTable {
         let value = self.pieces.get_ref(piece)?;
         Some(match *value & SEVERAL {
             0 => std::slice::from_ref(value),
-            _ => &self.several[(*value & !SEVERAL) as usize],
+            _ => {
+                let start = (*value & ((1 << LIST_START_BITS) - 1)) as usize;
+                let len = ((*value >> LIST_START_BITS) & ((1 << LIST_LEN_BITS) - 1)) as usize;
+                &self.lists[start..start + len]
+            }
         })
     }
 
+    /// Remembers `piece`'s `ids`, unless the table is full (or the ids would not fit a
+    /// [`SEVERAL`] value, which a piece of [`CACHED_PIECE_BYTES`] or fewer always does).
     fn remember(&mut self, piece: &str, ids: &[u32]) {
         if self.pieces.len() >= CACHED_PIECES || self.pieces.get(piece).is_some() {
             return;
@@ -530,8 +547,12 @@ impl PieceTable {
         let value = match ids {
             [id] if id & SEVERAL == 0 => *id,
             _ => {
-                self.several.push(Box::from(ids));
-                (self.several.len() - 1) as u32 | SEVERAL
+                let start = self.lists.len();
+                if ids.len() >= 1 << LIST_LEN_BITS || start + ids.len() > 1 << LIST_START_BITS {
+                    return;
+                }
+                self.lists.extend_from_slice(ids);
+                SEVERAL | ((ids.len() as u32) << LIST_START_BITS) | start as u32
             }
         };
         // A piece under CACHED_PIECE_BYTES always fits a slot's length.
@@ -711,4 +732,49 @@ fn type_of(value: &Value) -> Option<&str> {
 
 fn describe(value: &Value) -> String {
     type_of(value).map_or_else(|| value.to_string(), |name| format!("`{name}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_pieces_give_back_their_ids() {
+        let mut table = PieceTable::default();
+        let long: Vec<u32> = (0..128).collect();
+        let remembered: [(&str, &[u32]); 6] = [
+            ("one", &[7]),
+            ("two", &[1, 2]),
+            ("high", &[SEVERAL | 5]),
+            ("none", &[]),
+            ("long-piece", &long),
+            ("three", &[3, 4, 5]),
+        ];
+        for (piece, ids) in remembered {
+            table.remember(piece, ids);
+        }
+        for (piece, ids) in remembered {
+            assert_eq!(table.get(piece), Some(ids), "{piece}");
+        }
+        table.remember("two", &[9]);
+        assert_eq!(
+            table.get("two"),
+            Some(&[1, 2][..]),
+            "the first answer stays"
+        );
+        assert_eq!(table.get("four"), None);
+    }
+
+    #[test]
+    fn ids_that_would_not_fit_a_value_are_not_remembered() {
+        let mut table = PieceTable::default();
+        let too_many: Vec<u32> = (0..1 << LIST_LEN_BITS).collect();
+        table.remember("too-many", &too_many);
+        assert_eq!(table.get("too-many"), None);
+        table.lists = vec![0; (1 << LIST_START_BITS) - 2];
+        table.remember("past-the-end", &[1, 2, 3]);
+        assert_eq!(table.get("past-the-end"), None);
+        table.remember("up-to-the-end", &[1, 2]);
+        assert_eq!(table.get("up-to-the-end"), Some(&[1, 2][..]));
+    }
 }
