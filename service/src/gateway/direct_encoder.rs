@@ -158,7 +158,7 @@ impl DirectEncoder {
             return vocab.extend_whitespace_words(text, *unknown, ids);
         }
         let mut pieces = vec![Cow::Borrowed(text)];
-        for step in &self.steps {
+        for step in self.steps.iter().filter(|step| !step.passes_through()) {
             pieces = step.apply(pieces);
         }
         let model = tokenizer.get_model();
@@ -357,6 +357,18 @@ fn pre_step(value: &Value) -> Result<PreStep, Unsupported> {
 }
 
 impl PreStep {
+    /// Whether the step hands every piece on as it is (a `ByteLevel` step that neither adds a
+    /// space nor cuts: its byte-level spelling is the model step's business).
+    fn passes_through(&self) -> bool {
+        matches!(
+            self,
+            PreStep::ByteLevel {
+                add_prefix_space: false,
+                pattern: None
+            }
+        )
+    }
+
     fn apply<'a>(&self, pieces: Vec<Cow<'a, str>>) -> Vec<Cow<'a, str>> {
         let mut out = Vec::with_capacity(pieces.len() * 2);
         for piece in pieces {

@@ -204,7 +204,7 @@ impl WordIds {
     }
 
     /// The id of `word` where the table keeps it, if it is in the vocabulary.
-    #[inline]
+    #[inline(always)]
     pub fn get_ref(&self, word: &str) -> Option<&u32> {
         let bytes = word.as_bytes();
         if let Some(key) = short_key(bytes) {
