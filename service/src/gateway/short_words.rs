@@ -89,6 +89,14 @@ pub(super) fn short_key(word: &[u8]) -> Option<u64> {
     (key >> (8 * (len - 1)) != 0).then_some(key)
 }
 
+/// The 128-bit product of `a` and `b`, its halves folded together with XOR: a mix in which
+/// every bit of either input reaches the low bits.
+#[inline(always)]
+pub(super) fn folded_multiply(a: u64, b: u64) -> u64 {
+    let full = u128::from(a) * u128::from(b);
+    full as u64 ^ (full >> 64) as u64
+}
+
 impl ShortWords {
     /// An empty table with room for `words` words before it grows, homes picked under `seed`.
     pub(super) fn with_capacity(words: usize, seed: u64) -> Self {
@@ -113,8 +121,7 @@ impl ShortWords {
     #[inline(always)]
     pub(super) fn home(&self, key: u64) -> usize {
         const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let full = u128::from(key ^ self.seed) * u128::from(K);
-        (full as u64 ^ (full >> 64) as u64) as usize & self.mask
+        folded_multiply(key ^ self.seed, K) as usize & self.mask
     }
 
     /// The id of the word whose key is `key`, where the table keeps it, if it is held.

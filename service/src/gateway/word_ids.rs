@@ -17,7 +17,7 @@
 //! one after another.
 
 use super::cache_prefetch::prefetch;
-use super::short_words::{ShortWords, short_key};
+use super::short_words::{ShortWords, folded_multiply, short_key};
 use super::unsupported_tokenizer::Unsupported;
 use super::whitespace_words::for_each_word;
 use std::borrow::Cow;
@@ -358,12 +358,6 @@ fn short_hash(key: u128, len: usize, seed: u64) -> u64 {
     let low = key as u64 ^ seed;
     let high = (key >> 64) as u64 ^ seed.rotate_left(29) ^ len as u64;
     folded_multiply(folded_multiply(low, K1) ^ high, K2)
-}
-
-#[inline(always)]
-fn folded_multiply(a: u64, b: u64) -> u64 {
-    let full = u128::from(a) * u128::from(b);
-    full as u64 ^ (full >> 64) as u64
 }
 
 #[cfg(test)]
